@@ -1,0 +1,24 @@
+"""et-convert: training logs and workload tables to Chakra execution traces and Perfetto timelines.
+
+The small public API (see README "Use it from Python"):
+
+    read(inputs, fmt="auto", **options)      -> ExecutionTrace
+    schedule(trace)                          -> Timeline
+    validate(trace)                          -> list of findings
+    write(trace, output, to=None)
+    convert(inputs, output, to=None, **options)
+"""
+
+from .api import convert, read, schedule, validate, write
+from .diagnostics import Diagnostics, InputError
+from .model import CollType, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
+from .options import Options
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "convert", "read", "schedule", "validate", "write",
+    "Diagnostics", "InputError", "Options",
+    "CollType", "ExecutionTrace", "Group", "Node", "NodeKind", "Parallel", "Rank",
+    "__version__",
+]

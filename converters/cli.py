@@ -1,0 +1,246 @@
+"""The `et-convert` command: a thin layer over `converters.api`.
+
+`et-convert INPUT... -o OUTPUT` converts; `validate` and `stats` are subcommands. The plain
+form works beside the subcommands because an unknown first word means "convert".
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from . import __version__
+from .diagnostics import Diagnostics, InputError, UsageError
+from .options import Options
+
+
+class _ConvertByDefault(TyperGroup):
+    """Route `et-convert FILE ...` to the `convert` command."""
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args.insert(0, "convert")
+        elif not args:
+            args.insert(0, "convert")
+        return super().resolve_command(ctx, args)
+
+    def parse_args(self, ctx, args):
+        # Global flags (--version, --help) stay with the group; anything else goes to a command.
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args.insert(0, "convert")
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    cls=_ConvertByDefault,
+    add_completion=False,
+    no_args_is_help=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help=(
+        "Convert training logs and workload tables into Chakra execution traces and "
+        "Perfetto timelines, and validate them.\n\n"
+        "Examples:\n\n"
+        "  et-convert samples/simai_tp8_pp16_1024gpu.txt -o out.json\n\n"
+        "  et-convert samples/megatron_rank4_pp_tp2.log --to chakra -o out/rank4\n\n"
+        "  et-convert validate out/rank4.*.et"
+    ),
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"et-convert {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = None,
+) -> None:
+    """Convert training logs and workload tables into Chakra traces and Perfetto timelines."""
+
+
+# Options shared by every command that reads input.
+Inputs = Annotated[list[Path], typer.Argument(help="Input files or directories.", show_default=False)]
+From = Annotated[str, typer.Option("--from", help="Input format (auto detects from content).")]
+NumNpus = Annotated[Optional[int], typer.Option(help="Rank count (ASTRA-sim text workloads carry none).")]
+Tp = Annotated[Optional[int], typer.Option(help="Tensor-parallel size, when the input does not say.")]
+Dp = Annotated[Optional[int], typer.Option(help="Data-parallel size, when the input does not say.")]
+Pp = Annotated[Optional[int], typer.Option(help="Pipeline stages, when the input does not say.")]
+Ep = Annotated[Optional[int], typer.Option(help="Expert-parallel size, when the input does not say.")]
+Passes = Annotated[int, typer.Option(help="Training passes (iterations) to emit.")]
+TickNs = Annotated[float, typer.Option(help="ASTRA-sim 1.0 compute tick in ns.")]
+BytesPerElement = Annotated[int, typer.Option(help="NeuSight: bytes per element of comm sizes.")]
+NumLayers = Annotated[Optional[int], typer.Option(help="NeuSight: replicate the block this many times.")]
+Mode = Annotated[str, typer.Option(help="Workload tables: 'stage' (per-stage graphs) or 'simai'.")]
+Schedule = Annotated[str, typer.Option(help="Pipeline schedule: 1f1b or gpipe.")]
+Step = Annotated[Optional[int], typer.Option(help="OptimusPrime: the step to draw (default: median).")]
+BwdFactor = Annotated[float, typer.Option(help="OptimusPrime: backward time = factor x forward.")]
+P2pBytes = Annotated[Optional[int], typer.Option(help="Bytes sent between stages when the input has none.")]
+Network = Annotated[Optional[Path], typer.Option(help="Network cost model (TOML).")]
+Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="Say more (detected format, assumptions).")]
+Debug = Annotated[bool, typer.Option(help="Show tracebacks.")]
+Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No warnings or progress.")]
+
+
+def _run(action, debug: bool, quiet: bool, verbose: bool) -> int:
+    """Run `action(diagnostics)`; turn bad input into one line on stderr and exit code 2."""
+    diagnostics = Diagnostics()
+    try:
+        code = action(diagnostics) or 0
+    except (InputError, UsageError) as e:
+        if debug:
+            traceback.print_exc()
+        if not quiet:
+            diagnostics.emit(verbose=verbose)
+        print(f"et-convert: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("et-convert: interrupted; no output written", file=sys.stderr)
+        return 130
+    if not quiet:
+        diagnostics.emit(verbose=verbose)
+    return code
+
+
+@app.command(
+    "convert",
+    help=(
+        "Convert INPUT (log, workload table, Chakra set or JSON dump) into OUTPUT.\n\n"
+        "The output format follows OUTPUT's name (.json/.json.gz: Chrome trace; .pftrace: "
+        "Perfetto) or --to (chrome, perfetto, chakra, et-json).\n\n"
+        "Examples:\n\n"
+        "  et-convert samples/simai_tp8_pp16_1024gpu.txt -o out.json\n\n"
+        "  et-convert samples/megatron_rank4_pp_tp2.log --to chakra -o out/rank4\n\n"
+        "  et-convert out/rank4.*.et --to et-json -o dump.json"
+    ),
+)
+def convert_command(
+    inputs: Inputs,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Output file, or prefix for --to chakra.")],
+    from_: From = "auto",
+    to: Annotated[Optional[str], typer.Option("--to", help="chrome, perfetto, chakra or et-json.")] = None,
+    num_npus: NumNpus = None,
+    tp: Tp = None,
+    dp: Dp = None,
+    pp: Pp = None,
+    ep: Ep = None,
+    passes: Passes = 1,
+    tick_ns: TickNs = 1.0,
+    bytes_per_element: BytesPerElement = 4,
+    num_layers: NumLayers = None,
+    mode: Mode = "stage",
+    schedule: Schedule = "1f1b",
+    step: Step = None,
+    bwd_factor: BwdFactor = 2.0,
+    p2p_bytes: P2pBytes = None,
+    retime: Annotated[bool, typer.Option(help="Re-time scaling-mode logs with the scheduler.")] = False,
+    ranks: Annotated[Optional[str], typer.Option(help="Ranks to draw: e.g. 0-15,1008 or all.")] = None,
+    network: Network = None,
+    jobs: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")] = None,
+    force: Annotated[bool, typer.Option(help="Write a Chakra set even if validation finds errors.")] = False,
+    strict: Annotated[bool, typer.Option(help="A cut-off last log line is an error.")] = False,
+    verbose: Verbose = False,
+    debug: Debug = False,
+    quiet: Quiet = False,
+) -> None:
+    options = Options(
+        num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, passes=passes, tick_ns=tick_ns,
+        bytes_per_element=bytes_per_element, num_layers=num_layers, mode=mode, schedule=schedule,
+        step=step, bwd_factor=bwd_factor, p2p_bytes=p2p_bytes, retime=retime, ranks=ranks,
+        network=network, jobs=jobs, force=force, strict=strict, verbose=verbose,
+    )
+
+    def action(diagnostics: Diagnostics) -> int:
+        from .api import read, write
+
+        trace = read(inputs, from_, options, diagnostics)
+        write(trace, output, to, options, diagnostics)
+        return 0
+
+    raise typer.Exit(_run(action, debug, quiet, verbose))
+
+
+@app.command(
+    "validate",
+    help=(
+        "Check a trace, log or workload for what would make a simulator stall or lie.\n\n"
+        "Exit code 0: no errors; 1: errors found; 2: unusable input.\n\n"
+        "Examples:\n\n"
+        "  et-convert validate samples/megatron_rank4_pp_tp2.log\n\n"
+        "  et-convert validate out/w.*.et --format json"
+    ),
+)
+def validate_command(
+    inputs: Inputs,
+    from_: From = "auto",
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    max_per_check: Annotated[int, typer.Option(help="Findings shown per check.")] = 20,
+    groups: Annotated[Optional[Path], typer.Option(help="comm_group.json for a Chakra set.")] = None,
+    num_npus: NumNpus = None,
+    tp: Tp = None,
+    dp: Dp = None,
+    pp: Pp = None,
+    ep: Ep = None,
+    network: Network = None,
+    verbose: Verbose = False,
+    debug: Debug = False,
+    quiet: Quiet = False,
+) -> None:
+    options = Options(num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, network=network, verbose=verbose)
+
+    def action(diagnostics: Diagnostics) -> int:
+        from .validate.command import run
+
+        return run(inputs, from_, options, diagnostics, fmt=fmt, max_per_check=max_per_check, groups=groups)
+
+    raise typer.Exit(_run(action, debug, quiet, verbose))
+
+
+@app.command(
+    "stats",
+    help=(
+        "Print the iteration time and per-rank compute, exposed communication and idle time.\n\n"
+        "Examples:\n\n"
+        "  et-convert stats samples/simai_tp8_pp16_1024gpu.txt\n\n"
+        "  et-convert stats samples/neusight_gpt2_block.tsv --json"
+    ),
+)
+def stats_command(
+    inputs: Inputs,
+    from_: From = "auto",
+    network: Network = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    num_npus: NumNpus = None,
+    tp: Tp = None,
+    dp: Dp = None,
+    pp: Pp = None,
+    ep: Ep = None,
+    passes: Passes = 1,
+    verbose: Verbose = False,
+    debug: Debug = False,
+    quiet: Quiet = False,
+) -> None:
+    options = Options(num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, passes=passes, network=network, verbose=verbose)
+
+    def action(diagnostics: Diagnostics) -> int:
+        from .stats import run
+
+        return run(inputs, from_, options, diagnostics, as_json=as_json)
+
+    raise typer.Exit(_run(action, debug, quiet, verbose))
+
+
+def run() -> None:
+    app(prog_name="et-convert")
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,72 @@
+"""How et-convert reports trouble: one error type for bad input, counted warnings.
+
+Errors are raised as `InputError` and shown by the CLI as one line, exit code 2:
+    et-convert: error: runs/w.txt:41: expected 12 columns (...), found 5
+Warnings are collected per kind and printed once each with a count:
+    et-convert: warning: w.txt: skipped 128 collectives of size 0 (...; first at line 9)
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+
+class InputError(Exception):
+    """Input that cannot be used. `where` is "file:line", "file: byte N", or just "file"."""
+
+    def __init__(self, where: str | None, message: str):
+        super().__init__(f"{where}: {message}" if where else message)
+        self.where = where
+        self.message = message
+
+
+class UsageError(Exception):
+    """Options that do not fit together (also exit code 2)."""
+
+
+def at(path: str, line: int | None = None, col: int | None = None) -> str:
+    """Format a source location: `file`, `file:line` or `file:line:col`."""
+    if line is None:
+        return path
+    return f"{path}:{line}" if col is None else f"{path}:{line}:{col}"
+
+
+@dataclass
+class _Kind:
+    template: str  # str.format template with {count}, {first}
+    count: int = 0
+    first: str = ""
+
+
+@dataclass
+class Diagnostics:
+    """Collects warnings by kind so each kind is reported once with a count."""
+
+    kinds: dict[str, _Kind] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # shown only with -v
+
+    def warn(self, kind: str, template: str, first: str = "") -> None:
+        """Count one occurrence of warning `kind`.
+
+        `template` may use {count} and {first} (the location of the first occurrence),
+        e.g. "w.txt: skipped {count} collectives of size 0 (first at line {first})".
+        """
+        entry = self.kinds.get(kind)
+        if entry is None:
+            entry = self.kinds[kind] = _Kind(template, 0, first)
+        entry.count += 1
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def messages(self) -> list[str]:
+        return [k.template.format(count=k.count, first=k.first) for k in self.kinds.values()]
+
+    def emit(self, stream=None, verbose: bool = False) -> None:
+        stream = stream or sys.stderr
+        for message in self.messages():
+            print(f"et-convert: warning: {message}", file=stream)
+        if verbose:
+            for message in self.notes:
+                print(f"et-convert: {message}", file=stream)

@@ -1,0 +1,137 @@
+"""Which formats et-convert reads and writes, how to tell them apart, and where their code lives.
+
+Every input format has a reader module (`sniff(head, path) -> bool`, parsing) and a loader
+`load(paths, options, diagnostics) -> ExecutionTrace` that runs the reader and its builder.
+Every output format has a writer `write(trace, output, options, diagnostics)`.
+Modules are imported only when their format is used, so start-up stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .diagnostics import InputError, UsageError
+
+SNIFF_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class InputFormat:
+    name: str
+    sniff: str  # "module:function" taking (head: bytes, path: Path) -> bool
+    load: str  # "module:function" taking (paths, options, diagnostics) -> ExecutionTrace
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    name: str
+    write: str  # "module:function" taking (trace, output, options, diagnostics)
+    suffixes: tuple[str, ...] = ()
+
+
+# Order matters only for the message that lists what was tried.
+INPUT_FORMATS = [
+    InputFormat("simai", "converters.readers.workload_text:sniff_simai", "converters.builders.workload:load_simai"),
+    InputFormat("astra-text", "converters.readers.workload_text:sniff_astra", "converters.builders.workload:load_astra"),
+    InputFormat("neusight", "converters.readers.neusight:sniff", "converters.builders.workload:load_neusight"),
+    InputFormat("megatron-log", "converters.readers.megatron_log:sniff", "converters.builders.megatron:load"),
+    InputFormat("optimus-log", "converters.readers.optimus_log:sniff", "converters.builders.optimus:load"),
+    InputFormat("chakra", "converters.readers.chakra:sniff", "converters.readers.chakra:load"),
+    InputFormat("et-json", "converters.readers.et_json:sniff", "converters.readers.et_json:load"),
+]
+
+OUTPUT_FORMATS = [
+    OutputFormat("chrome", "converters.writers.chrome:write", (".json", ".json.gz")),
+    OutputFormat("perfetto", "converters.writers.perfetto:write", (".pftrace",)),
+    OutputFormat("chakra", "converters.writers.chakra:write", ()),
+    OutputFormat("et-json", "converters.writers.et_json:write", ()),
+]
+
+INPUT_NAMES = [f.name for f in INPUT_FORMATS]
+OUTPUT_NAMES = [f.name for f in OUTPUT_FORMATS]
+
+
+def resolve(ref: str) -> Callable:
+    module, _, function = ref.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def expand_inputs(inputs: list[str | Path]) -> list[Path]:
+    """Turn the user's INPUT arguments into files: a directory stands for the files in it.
+
+    A `comm_group.json` is never an input of its own: the Chakra reader finds it beside the
+    `.et` files.
+    """
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            inside = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+            inside = [p for p in inside if not p.name.endswith("comm_group.json")]
+            if not inside:
+                raise InputError(str(path), "directory has no input files")
+            files.extend(inside)
+        elif path.exists():
+            files.append(path)
+        else:
+            raise InputError(str(path), "no such file or directory")
+    if not files:
+        raise UsageError("no input files given")
+    return files
+
+
+def read_head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(SNIFF_BYTES)
+    except OSError as e:
+        raise InputError(str(path), f"cannot read: {e.strerror}") from None
+
+
+def detect(paths: list[Path]) -> str:
+    """Name the input format from the first file's content; fail clearly when unsure."""
+    first = paths[0]
+    head = read_head(first)
+    if not head:
+        raise InputError(str(first), "file is empty")
+    matches = []
+    for fmt in INPUT_FORMATS:
+        try:
+            sniff = resolve(fmt.sniff)
+        except (ImportError, AttributeError):
+            continue  # format not built yet
+        if sniff(head, first):
+            matches.append(fmt.name)
+    if len(matches) == 1:
+        return matches[0]
+    tried = ", ".join(INPUT_NAMES)
+    if not matches:
+        raise InputError(None, f"cannot tell the format of {first}; tried {tried}; use --from")
+    raise InputError(None, f"{first} could be {' or '.join(matches)}; use --from")
+
+
+def input_format(name: str) -> InputFormat:
+    for fmt in INPUT_FORMATS:
+        if fmt.name == name:
+            return fmt
+    raise UsageError(f"unknown input format {name!r}; known: {', '.join(INPUT_NAMES)}")
+
+
+def output_format(name: str | None, output: Path) -> OutputFormat:
+    """The writer for `--to NAME`, or the one the output's suffix implies."""
+    if name:
+        for fmt in OUTPUT_FORMATS:
+            if fmt.name == name:
+                return fmt
+        raise UsageError(f"unknown output format {name!r}; known: {', '.join(OUTPUT_NAMES)}")
+    lowered = output.name.lower()
+    for fmt in OUTPUT_FORMATS:
+        if any(lowered.endswith(s) for s in fmt.suffixes):
+            return fmt
+    raise UsageError(
+        f"cannot tell the output format from {output.name!r}; name it .json, .json.gz or "
+        f".pftrace, or give --to ({', '.join(OUTPUT_NAMES)})"
+    )
