@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: run test bench fuzz lint proto clean
+.PHONY: run test bench fuzz lint proto samples-chakra clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,5 +33,26 @@ proto:
 	$(PROTO_VENV)/bin/pip install --quiet 'grpcio-tools==1.74.0'
 	$(PROTO_VENV)/bin/python -m grpc_tools.protoc --proto_path=schemas --python_out=converters/_proto --pyi_out=converters/_proto schemas/et_def.proto
 
+## samples-chakra: remake samples/chakra_data and samples/chakra_model with the reference converter
+# (4 ranks, 1 pass) from the two small ASTRA-sim text workloads beside them.
+samples-chakra: $(STAMP)
+	rm -rf samples/chakra_data samples/chakra_model
+	mkdir -p samples/chakra_data samples/chakra_model
+	$(BIN)/chakra_converter --log-filename /dev/null Text --input samples/chakra_data_workload.txt \
+		--output samples/chakra_data/workload --num-npus 4 --num-passes 1
+	$(BIN)/chakra_converter --log-filename /dev/null Text --input samples/chakra_model_workload.txt \
+		--output samples/chakra_model/workload --num-npus 4 --num-passes 1
+
 clean:
 	rm -rf $(VENV) $(PROTO_VENV) $(OUT) .pytest_cache
+
+## fuzz: every reader under atheris for FUZZ_SECONDS each (default 600)
+FUZZ_SECONDS ?= 600
+FUZZ_FORMATS := simai astra-text neusight megatron-log optimus-log chakra et-json
+fuzz: $(STAMP)
+	$(BIN)/pip install --quiet 'atheris>=2.3'
+	@for f in $(FUZZ_FORMATS); do \
+	  echo "== $$f ($(FUZZ_SECONDS) s)"; \
+	  $(BIN)/python fuzz/fuzz_reader.py $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 > fuzz/$$f.log 2>&1; rc=$$?; \
+	  tail -n 3 fuzz/$$f.log; [ $$rc -eq 0 ] || exit 1; \
+	done

@@ -1,0 +1,182 @@
+"""`make bench`: speed and memory of et-convert, side by side with `chakra_converter Text`.
+
+Every figure is the median of at least 3 runs; the two tools' runs alternate so that machine
+noise hits both alike. Peak RSS is read from the kernel for each child process (wait4).
+Numbers, not pass/fail: the targets from the issue are printed beside the measurements.
+
+    python benchmarks/run.py [--runs 3] [--only 1,2,3,4,5] [--work benchmarks/work]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "samples" / "simai_tp8_pp16_1024gpu.txt"
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Run:
+    seconds: float
+    peak_rss_mb: float
+
+
+def measure(argv: list[str], cwd: Path | None = None) -> Run:
+    """Run a command to completion; wall time and the child's own peak RSS."""
+    began = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - began
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"benchmark command failed: {' '.join(argv)}\n{err}")
+    return Run(seconds, usage.ru_maxrss / 1024)
+
+
+def median_runs(runs: list[Run]) -> Run:
+    return Run(statistics.median(r.seconds for r in runs), statistics.median(r.peak_rss_mb for r in runs))
+
+
+def bytes_of(paths) -> int:
+    return sum(p.stat().st_size for p in paths)
+
+
+def et_convert(*args) -> list[str]:
+    return [str(BIN / "et-convert"), *map(str, args)]
+
+
+def data_variant(work: Path) -> Path:
+    """The sample's rows read as an ASTRA-sim DATA workload (line 1 = DATA, no _DP_EP suffixes)."""
+    lines = SAMPLE.read_text().splitlines()
+    rows = [re.sub(r"_DP_EP\b", "", line) for line in lines[1:]]
+    path = work / "simai_as_data.txt"
+    path.write_text("\n".join(["DATA", *rows]) + "\n")
+    return path
+
+
+def with_gpus(work: Path, gpus: int) -> Path:
+    text = SAMPLE.read_text()
+    path = work / f"simai_{gpus}gpu.txt"
+    path.write_text(re.sub(r"all_gpus:\s*\d+", f"all_gpus: {gpus}", text, count=1))
+    return path
+
+
+def fresh(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def bench_reference(work: Path, runs: int) -> None:
+    print("1. DATA workload, 1024 ranks, to Chakra: et-convert vs chakra_converter Text")
+    data = data_variant(work)
+    ours, theirs = [], []
+    for _ in range(runs):
+        out = fresh(work / "ref")
+        theirs.append(measure([str(BIN / "chakra_converter"), "Text", "--input", str(data), "--output",
+                               str(out / "workload"), "--num-npus", "1024", "--num-passes", "1"]))
+        ref_bytes = bytes_of(out.glob("*.et"))
+        out = fresh(work / "ours")
+        ours.append(measure(et_convert(data, "--from", "astra-text", "--num-npus", 1024, "--to", "chakra",
+                                       "-o", out / "workload")))
+        our_bytes = bytes_of(out.glob("*"))
+    o, t = median_runs(ours), median_runs(theirs)
+    print(f"   chakra_converter: {t.seconds:7.2f} s  {t.peak_rss_mb:7.0f} MB RSS  {ref_bytes / 1e6:8.1f} MB written")
+    print(f"   et-convert:       {o.seconds:7.2f} s  {o.peak_rss_mb:7.0f} MB RSS  {our_bytes / 1e6:8.1f} MB written")
+    print(f"   ratio: {t.seconds / o.seconds:5.1f}x faster (target >= 10x), "
+          f"{our_bytes / ref_bytes:5.2f} of the bytes (target <= 0.33)")
+    check = subprocess.run(et_convert("validate", work / "ours"), capture_output=True, text=True)
+    print(f"   validate of our set: exit {check.returncode}: {check.stdout.strip().splitlines()[-1] if check.stdout.strip() else check.stderr.strip()}")
+    ref_time["data_to_chakra"] = t.seconds
+
+
+ref_time: dict[str, float] = {}
+
+
+def bench_simai_chakra(work: Path, runs: int) -> None:
+    print("2. SimAI sample, 1024 ranks, to Chakra (per-stage graphs, groups, send/recv)")
+    results = []
+    for _ in range(runs):
+        out = fresh(work / "simai")
+        results.append(measure(et_convert(SAMPLE, "--to", "chakra", "-o", out / "workload")))
+    r = median_runs(results)
+    size = bytes_of((work / "simai").glob("*"))
+    target = ref_time.get("data_to_chakra")
+    print(f"   {r.seconds:7.2f} s  {r.peak_rss_mb:7.0f} MB RSS (target <= 1024)  {size / 1e6:8.1f} MB written"
+          + (f"  ({r.seconds / target:.2f} of the reference's time in 1.; target < 1)" if target else ""))
+
+
+def count_events(path: Path) -> int:
+    import orjson
+
+    return len(orjson.loads(path.read_bytes())["traceEvents"])
+
+
+def bench_chrome(work: Path, runs: int) -> None:
+    print("3. SimAI sample, all 1024 ranks, to Chrome JSON and to .pftrace")
+    for suffix in (".json", ".pftrace"):
+        out = work / f"simai_all{suffix}"
+        results = [measure(et_convert(SAMPLE, "--ranks", "all", "-o", out)) for _ in range(runs)]
+        r = median_runs(results)
+        size = out.stat().st_size
+        line = f"   {suffix:8} {r.seconds:7.2f} s  {r.peak_rss_mb:7.0f} MB RSS  {size / 1e6:8.1f} MB"
+        if suffix == ".json":
+            events = count_events(out)
+            line += f"  {events:,} events, {events / r.seconds / 1e6:.2f} M events/s end to end (target >= 1 M/s written)"
+        print(line)
+
+
+def bench_validate_and_schedule(work: Path, runs: int) -> None:
+    print("4. Validator and scheduler on benchmark 2's output")
+    chakra_set = work / "simai"
+    if not chakra_set.exists():
+        bench_simai_chakra(work, 1)
+    v = median_runs([measure(et_convert("validate", chakra_set)) for _ in range(runs)])
+    s = median_runs([measure(et_convert("stats", SAMPLE)) for _ in range(runs)])
+    print(f"   validate (1024 .et files): {v.seconds:7.2f} s  {v.peak_rss_mb:7.0f} MB RSS")
+    print(f"   stats (scheduler, 1024 ranks): {s.seconds:7.2f} s  {s.peak_rss_mb:7.0f} MB RSS")
+
+
+def bench_growth(work: Path, runs: int) -> None:
+    print("5. Growth: SimAI sample to Chakra at 64, 256, 1024, 4096 ranks")
+    for gpus in (64, 256, 1024, 4096):
+        path = with_gpus(work, gpus)
+        results = []
+        for _ in range(runs):
+            out = fresh(work / f"growth{gpus}")
+            results.append(measure(et_convert(path, "--to", "chakra", "-o", out / "workload")))
+        r = median_runs(results)
+        print(f"   {gpus:5} ranks: {r.seconds:7.2f} s  {r.seconds / gpus * 1e3:6.2f} ms/rank  "
+              f"{r.peak_rss_mb:7.0f} MB RSS  {r.peak_rss_mb / gpus * 1024:7.1f} KB/rank")
+        shutil.rmtree(work / f"growth{gpus}", ignore_errors=True)
+
+
+BENCHES = {1: bench_reference, 2: bench_simai_chakra, 3: bench_chrome, 4: bench_validate_and_schedule, 5: bench_growth}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", default="1,2,3,4,5")
+    parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}; medians of {args.runs} runs\n")
+    for number in sorted(int(n) for n in args.only.split(",")):
+        BENCHES[number](args.work, args.runs)
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

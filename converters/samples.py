@@ -1,0 +1,63 @@
+"""`make run`: convert every sample in samples/ the way a user would, into one output folder.
+
+    python -m converters.samples out/
+
+Each line printed is the CLI command that does the same job, so users can copy it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+
+def jobs(out: Path) -> list[list[str]]:
+    """The conversions, as CLI argument lists (without the program name)."""
+    s = SAMPLES
+    jobs = [
+        [str(s / "simai_tp8_pp16_1024gpu.txt"), "-o", str(out / "simai_tp8_pp16_1024gpu.json")],
+        [str(s / "simai_tp8_pp16_1024gpu.txt"), "--to", "chakra", "-o", str(out / "simai" / "workload")],
+        [str(s / "neusight_gpt2_block.tsv"), "-o", str(out / "neusight_gpt2_block.json")],
+        [str(s / "neusight_gpt2_block.tsv"), "--to", "chakra", "-o", str(out / "neusight" / "workload")],
+        [str(s / "megatron_rank4_pp_tp2.log"), "-o", str(out / "megatron_rank4_pp_tp2.json")],
+        [str(s / "megatron_rank4_pp_tp2.log"), "--to", "chakra", "-o", str(out / "megatron_rank4" / "workload")],
+        [str(s / "megatron_rank2_moe_scaling.log"), "-o", str(out / "megatron_rank2_moe_scaling.json")],
+        [str(s / "optimusprime_llama1b_pp8.log"), "-o", str(out / "optimusprime_llama1b_pp8.json")],
+        [str(s / "optimusprime_llama1b_pp8.log"), "--to", "chakra", "-o", str(out / "optimus" / "workload")],
+    ]
+    for chakra_set in sorted(p for p in s.glob("chakra_*") if p.is_dir()):
+        jobs.append([str(chakra_set), "-o", str(out / f"{chakra_set.name}.json")])
+        jobs.append([str(chakra_set), "--to", "et-json", "-o", str(out / f"{chakra_set.name}.et.json")])
+    return jobs
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0] if argv else "out")
+    out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for args in jobs(out):
+        shown = "et-convert " + " ".join(shlex.quote(_short(a)) for a in args)
+        began = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "converters.cli", *args])
+        seconds = time.perf_counter() - began
+        status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
+        print(f"{status:>4}  {seconds:5.2f} s  {shown}", flush=True)
+        failed += done.returncode != 0
+    print(f"\n{len(jobs(out)) - failed} conversions written to {out}/; open the .json files in https://ui.perfetto.dev")
+    return 1 if failed else 0
+
+
+def _short(arg: str) -> str:
+    try:
+        return str(Path(arg).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return arg
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
