@@ -83,7 +83,7 @@ def bench_reference(work: Path, runs: int) -> None:
     ours, theirs = [], []
     for _ in range(runs):
         out = fresh(work / "ref")
-        theirs.append(measure([str(BIN / "chakra_converter"), "Text", "--input", str(data), "--output",
+        theirs.append(measure([str(BIN / "chakra_converter"), "--log-filename", os.devnull, "Text", "--input", str(data), "--output",
                                str(out / "workload"), "--num-npus", "1024", "--num-passes", "1"]))
         ref_bytes = bytes_of(out.glob("*.et"))
         out = fresh(work / "ours")

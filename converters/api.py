@@ -82,7 +82,24 @@ def write(
     """Write the trace; `to` defaults from the output name (.json, .json.gz, .pftrace)."""
     output = Path(output)
     fmt = output_format(to, output)
-    resolve(fmt.write)(trace, output, options or Options(), diagnostics if diagnostics is not None else Diagnostics())
+    options = options or Options()
+    diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+    if fmt.name == "chakra":
+        _gate_chakra_set(trace, options, diagnostics)
+    resolve(fmt.write)(trace, output, options, diagnostics)
+
+
+def _gate_chakra_set(trace: ExecutionTrace, options: Options, diagnostics: Diagnostics) -> None:
+    """Refuse to write a Chakra set a simulator would stall on (unless --force).
+
+    A set restored from an et-json dump is copied as it was, faults included: its findings
+    are only warned about, since refusing would make the dump impossible to restore.
+    """
+    from .validate import gate
+
+    if trace.metadata.get("chakra.verbatim"):
+        options = replace(options, force=True)
+    gate(trace, options, diagnostics)
 
 
 def convert(

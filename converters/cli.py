@@ -39,6 +39,7 @@ class _ConvertByDefault(TyperGroup):
 app = typer.Typer(
     cls=_ConvertByDefault,
     add_completion=False,
+    pretty_exceptions_enable=False,
     no_args_is_help=False,
     context_settings={"help_option_names": ["-h", "--help"]},
     help=(
@@ -85,9 +86,23 @@ Step = Annotated[Optional[int], typer.Option(help="OptimusPrime: the step to dra
 BwdFactor = Annotated[float, typer.Option(help="OptimusPrime: backward time = factor x forward.")]
 P2pBytes = Annotated[Optional[int], typer.Option(help="Bytes sent between stages when the input has none.")]
 Network = Annotated[Optional[Path], typer.Option(help="Network cost model (TOML).")]
+NetSet = Annotated[Optional[list[str]], typer.Option(
+    "--net", help="Network parameter KEY=VALUE or KIND.KEY=VALUE (bandwidth_gbps=50, tp.latency_ns=1000); "
+    "repeatable; wins over --network.")]
 Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="Say more (detected format, assumptions).")]
 Debug = Annotated[bool, typer.Option(help="Show tracebacks.")]
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No warnings or progress.")]
+
+
+def _net_overrides(values: list[str] | None) -> dict[str, object]:
+    """--net KEY=VALUE pairs for the network cost model (checked by the scheduler)."""
+    out: dict[str, object] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected KEY=VALUE, found {item!r}", param_hint="--net")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _run(action, debug: bool, quiet: bool, verbose: bool) -> int:
@@ -103,8 +118,13 @@ def _run(action, debug: bool, quiet: bool, verbose: bool) -> int:
         print(f"et-convert: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("et-convert: interrupted; no output written", file=sys.stderr)
+        print("et-convert: interrupted; earlier output left as it was", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug of ours, not the user's input: still one line unless --debug
+        if debug:
+            raise
+        print(f"et-convert: internal error: {type(e).__name__}: {e} (run again with --debug for details)", file=sys.stderr)
+        return 3
     if not quiet:
         diagnostics.emit(verbose=verbose)
     return code
@@ -144,6 +164,7 @@ def convert_command(
     retime: Annotated[bool, typer.Option(help="Re-time scaling-mode logs with the scheduler.")] = False,
     ranks: Annotated[Optional[str], typer.Option(help="Ranks to draw: e.g. 0-15,1008 or all.")] = None,
     network: Network = None,
+    net: NetSet = None,
     jobs: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")] = None,
     force: Annotated[bool, typer.Option(help="Write a Chakra set even if validation finds errors.")] = False,
     strict: Annotated[bool, typer.Option(help="A cut-off last log line is an error.")] = False,
@@ -155,12 +176,14 @@ def convert_command(
         num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, passes=passes, tick_ns=tick_ns,
         bytes_per_element=bytes_per_element, num_layers=num_layers, mode=mode, schedule=schedule,
         step=step, bwd_factor=bwd_factor, p2p_bytes=p2p_bytes, retime=retime, ranks=ranks,
-        network=network, jobs=jobs, force=force, strict=strict, verbose=verbose,
+        network=network, network_overrides=_net_overrides(net), jobs=jobs, force=force, strict=strict, verbose=verbose,
     )
 
     def action(diagnostics: Diagnostics) -> int:
         from .api import read, write
+        from .formats import output_format
 
+        output_format(to, output)  # an unusable output name fails before any reading
         trace = read(inputs, from_, options, diagnostics)
         write(trace, output, to, options, diagnostics)
         return 0
@@ -190,11 +213,13 @@ def validate_command(
     pp: Pp = None,
     ep: Ep = None,
     network: Network = None,
+    net: NetSet = None,
     verbose: Verbose = False,
     debug: Debug = False,
     quiet: Quiet = False,
 ) -> None:
-    options = Options(num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, network=network, verbose=verbose)
+    options = Options(num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, network=network,
+                      network_overrides=_net_overrides(net), verbose=verbose)
 
     def action(diagnostics: Diagnostics) -> int:
         from .validate.command import run
@@ -210,13 +235,15 @@ def validate_command(
         "Print the iteration time and per-rank compute, exposed communication and idle time.\n\n"
         "Examples:\n\n"
         "  et-convert stats samples/simai_tp8_pp16_1024gpu.txt\n\n"
-        "  et-convert stats samples/neusight_gpt2_block.tsv --json"
+        "  et-convert stats samples/neusight_gpt2_block.tsv --json\n\n"
+        "  et-convert stats samples/chakra_data --network samples/network_astra_ring8.toml"
     ),
 )
 def stats_command(
     inputs: Inputs,
     from_: From = "auto",
     network: Network = None,
+    net: NetSet = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     num_npus: NumNpus = None,
     tp: Tp = None,
@@ -228,7 +255,8 @@ def stats_command(
     debug: Debug = False,
     quiet: Quiet = False,
 ) -> None:
-    options = Options(num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, passes=passes, network=network, verbose=verbose)
+    options = Options(num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, passes=passes, network=network,
+                      network_overrides=_net_overrides(net), verbose=verbose)
 
     def action(diagnostics: Diagnostics) -> int:
         from .stats import run

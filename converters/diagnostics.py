@@ -46,8 +46,8 @@ class Diagnostics:
     kinds: dict[str, _Kind] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # shown only with -v
 
-    def warn(self, kind: str, template: str, first: str = "") -> None:
-        """Count one occurrence of warning `kind`.
+    def warn(self, kind: str, template: str, first: str = "", count: int = 1) -> None:
+        """Count one occurrence (or `count` occurrences) of warning `kind`.
 
         `template` may use {count} and {first} (the location of the first occurrence),
         e.g. "w.txt: skipped {count} collectives of size 0 (first at line {first})".
@@ -55,13 +55,17 @@ class Diagnostics:
         entry = self.kinds.get(kind)
         if entry is None:
             entry = self.kinds[kind] = _Kind(template, 0, first)
-        entry.count += 1
+        entry.count += count
 
     def note(self, message: str) -> None:
         self.notes.append(message)
 
     def messages(self) -> list[str]:
-        return [k.template.format(count=k.count, first=k.first) for k in self.kinds.values()]
+        # Plain replacement, not str.format: file names may contain braces.
+        return [
+            k.template.replace("{count}", str(k.count)).replace("{first}", k.first)
+            for k in self.kinds.values()
+        ]
 
     def emit(self, stream=None, verbose: bool = False) -> None:
         stream = stream or sys.stderr

@@ -99,11 +99,7 @@ def detect(paths: list[Path]) -> str:
         raise InputError(str(first), "file is empty")
     matches = []
     for fmt in INPUT_FORMATS:
-        try:
-            sniff = resolve(fmt.sniff)
-        except (ImportError, AttributeError):
-            continue  # format not built yet
-        if sniff(head, first):
+        if resolve(fmt.sniff)(head, first):
             matches.append(fmt.name)
     if len(matches) == 1:
         return matches[0]

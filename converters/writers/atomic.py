@@ -24,6 +24,7 @@ def atomic_file(path: Path) -> Iterator[BinaryIO]:
     directory = path.parent if str(path.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    os.fchmod(fd, _default_file_mode())  # mkstemp makes 0600; users expect what `open` would give
     try:
         with os.fdopen(fd, "wb", buffering=1 << 20) as f:
             yield f
@@ -48,11 +49,19 @@ def atomic_set(prefix: Path) -> Iterator[Path]:
     try:
         yield tmpdir
         written = {p.name for p in tmpdir.iterdir()}
+        for name in written:
+            os.chmod(tmpdir / name, _default_file_mode())
         _remove_stale_set_files(directory, prefix.name, written)
         for name in sorted(written):
             os.replace(tmpdir / name, directory / name)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _default_file_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _remove_stale_set_files(directory: Path, prefix: str, keep: set[str]) -> None:

@@ -1,0 +1,146 @@
+"""Chakra file framing and attribute conversion shared by the Chakra and et-json readers/writers.
+
+A Chakra file is `varint(length) || message` repeated: one `GlobalMetadata`, then `Node`s.
+Messages themselves are encoded and decoded by protobuf; only the length prefix is ours.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from ..model import WireAttr
+from . import et_def_pb2 as pb
+
+# oneof member -> element type ("int", "float", "bool", "str", "bytes"), and whether it is a list.
+ATTR_KINDS: dict[str, tuple[str, bool]] = {}
+for _field in pb.AttributeProto.DESCRIPTOR.oneofs_by_name["value"].fields:
+    _list = _field.name.endswith("_list")
+    _base = _field.name[: -len("_list")] if _list else _field.name[: -len("_val")]
+    if _base in ("double", "float"):
+        _type = "float"
+    elif _base == "bool":
+        _type = "bool"
+    elif _base == "string":
+        _type = "str"
+    elif _base == "bytes":
+        _type = "bytes"
+    else:
+        _type = "int"
+    ATTR_KINDS[_field.name] = (_type, _list)
+
+# Value range of each integer kind (by its base name, e.g. "sfixed32").
+INT_RANGES = {
+    "int32": (-(1 << 31), (1 << 31) - 1), "sint32": (-(1 << 31), (1 << 31) - 1),
+    "sfixed32": (-(1 << 31), (1 << 31) - 1), "uint32": (0, (1 << 32) - 1), "fixed32": (0, (1 << 32) - 1),
+    "int64": (-(1 << 63), (1 << 63) - 1), "sint64": (-(1 << 63), (1 << 63) - 1),
+    "sfixed64": (-(1 << 63), (1 << 63) - 1), "uint64": (0, (1 << 64) - 1), "fixed64": (0, (1 << 64) - 1),
+}
+
+
+def int_range(kind: str) -> tuple[int, int]:
+    return INT_RANGES[kind.rsplit("_", 1)[0]]
+
+
+class FramingError(Exception):
+    """A file's message framing is broken at byte `offset`."""
+
+    def __init__(self, offset: int, message: str):
+        super().__init__(message)
+        self.offset = offset
+        self.message = message
+
+
+def varint(value: int) -> bytes:
+    """The length prefix of a message (unsigned LEB128)."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def frames(data: bytes | memoryview) -> Iterator[tuple[int, int, int]]:
+    """Yield (offset of the prefix, start, end) of every length-prefixed message in `data`.
+
+    The first message is the GlobalMetadata, every later one a Node; a frame that runs past
+    the end raises FramingError naming the message and the bytes wanted and left.
+    """
+    pos = 0
+    size = len(data)
+    index = 0
+    while pos < size:
+        offset = pos
+        length = 0
+        shift = 0
+        while True:
+            if pos >= size:
+                raise FramingError(offset, "truncated length prefix at end of file")
+            byte = data[pos]
+            pos += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise FramingError(offset, "length prefix is not a varint (more than 10 bytes)")
+        if pos + length > size:
+            what = "GlobalMetadata" if index == 0 else "Node"
+            raise FramingError(offset, f"truncated {what} message (wanted {length} bytes, {size - pos} left)")
+        yield offset, pos, pos + length
+        pos += length
+        index += 1
+
+
+def attr_from_proto(attr: pb.AttributeProto) -> WireAttr:
+    """An AttributeProto as a WireAttr: the oneof member that is set and its Python value."""
+    kind = attr.WhichOneof("value")
+    if kind is None:
+        return WireAttr(attr.name, "", None, attr.doc_string)
+    value = getattr(attr, kind)
+    if ATTR_KINDS[kind][1]:
+        value = list(value.values)
+    return WireAttr(attr.name, kind, value, attr.doc_string)
+
+
+def attr_to_proto(attr: WireAttr) -> pb.AttributeProto:
+    """The AttributeProto a WireAttr stands for (the kind decides the oneof member)."""
+    out = pb.AttributeProto(name=attr.name, doc_string=attr.doc)
+    if not attr.kind:
+        return out
+    if ATTR_KINDS[attr.kind][1]:
+        getattr(out, attr.kind).SetInParent()  # an empty list is still the member that is set
+        getattr(out, attr.kind).values.extend(attr.value)
+    else:
+        setattr(out, attr.kind, attr.value)
+    return out
+
+
+def attr_value_key(attr: WireAttr) -> Any:
+    """A hashable stand-in for an attribute's value (lists become tuples)."""
+    return tuple(attr.value) if isinstance(attr.value, list) else attr.value
+
+
+def per_rank_role(node_kind: int, attr: WireAttr) -> str | None:
+    """Which per-rank value an attribute holds, when it holds it in ASTRA-sim's own form.
+
+    "group": a `pg_name` string that is a plain decimal id; "own": a send's `comm_src` or a
+    receive's `comm_dst` (the node's own rank); "peer": the other end of a send/receive (all
+    int32). Ranks whose files differ only in such values can share one node list (the reader
+    does that), and their attributes are rebuilt from `Rank.group_of` / `peer_of` / the rank.
+    """
+    name = attr.name
+    if name == "pg_name":
+        value = attr.value
+        if attr.kind == "string_val" and value.isascii() and value.isdigit() and value == str(int(value)) and value != "0":
+            return "group"
+        return None
+    if attr.kind != "int32_val" or name not in ("comm_src", "comm_dst"):
+        return None
+    if node_kind == 5:  # COMM_SEND_NODE
+        return "own" if name == "comm_src" else "peer"
+    if node_kind == 6:  # COMM_RECV_NODE
+        return "own" if name == "comm_dst" else "peer"
+    return None

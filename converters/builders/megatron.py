@@ -1,0 +1,574 @@
+"""Megatron per-rank op logs -> the model (FORMATS.md §2).
+
+Each logged op becomes one node on its rank, with its measured start (timestamp − duration;
+the timestamp is the op's end) and duration:
+
+- get_batch, forward_step, backward_step, optimizer_step (and unknown ops): COMPUTE;
+- send_/recv_forward, send_/recv_backward: SEND/RECV with the peer stage's rank from the layout
+  and a tag from (iteration, microbatch, direction), so both sides of a transfer agree;
+- dp_allreduce, exp_dp_allreduce, ep_allreduce: COLLECTIVE in the DP, expert-DP and embedding
+  (first and last stage) groups;
+- every sub-operation: a COLLECTIVE with `parent` = its step, its own measured time.
+
+Dependencies follow program order per rank. A fused exchange (two lines with the same
+timestamp and duration) becomes a SEND and a RECV that both follow the previous op and that the
+next op waits for: never a send-then-recv chain, which would invent a deadlock. Sub-operations
+start with their step (they depend on the step's predecessor, chained among themselves) and
+the next op waits only for the step itself.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+
+from ..diagnostics import Diagnostics, InputError, at
+from ..model import CollType, ExecutionTrace, Node, NodeKind, Parallel, Rank
+from ..options import Options
+from ..readers.megatron_log import OpRecord, SubOp, read_files
+from .layout import Layout
+
+COMPUTE_OPS = ("get_batch", "forward_step", "backward_step", "optimizer_step")
+# op -> (kind, tag direction: 0 activations / 1 gradients, peer stage offset)
+P2P_OPS = {
+    "send_forward": (NodeKind.SEND, 0, +1),
+    "recv_forward": (NodeKind.RECV, 0, -1),
+    "send_backward": (NodeKind.SEND, 1, -1),
+    "recv_backward": (NodeKind.RECV, 1, +1),
+}
+# op -> group kind of the model (Layout.members kinds)
+COLLECTIVE_OPS = {"dp_allreduce": "dp", "exp_dp_allreduce": "dp_ep", "ep_allreduce": "embedding"}
+FINALIZE_OPS = ("dp_allreduce", "exp_dp_allreduce", "ep_allreduce", "optimizer_step")
+FUSED_PAIRS = {
+    frozenset(("send_forward", "recv_backward")): "send_forward_recv_backward",
+    frozenset(("send_backward", "recv_forward")): "send_backward_recv_forward",
+}
+# The log's group names -> the model's group kinds. "ep" in these logs is the EMBEDDING group.
+LOG_GROUPS = {
+    "tp": "tp", "dp": "dp", "pp": "pp", "exp": "ep", "exp_dp": "dp_ep",
+    "ep": "embedding", "pep": "pos_embedding",
+}
+COMM_FUNCS = {
+    "allreduce": CollType.ALL_REDUCE, "all_reduce": CollType.ALL_REDUCE,
+    "allgather": CollType.ALL_GATHER, "all_gather": CollType.ALL_GATHER,
+    "all_to_all": CollType.ALL_TO_ALL, "alltoall": CollType.ALL_TO_ALL,
+    "reduce_scatter": CollType.REDUCE_SCATTER, "reducescatter": CollType.REDUCE_SCATTER,
+    "broadcast": CollType.BROADCAST,
+}
+DTYPE_BYTES = {
+    "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8, "double": 8,
+    "int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1, "uint8": 1,
+    "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+MAX_RANKS = 1 << 20
+MAX_TAG = (1 << 31) - 1  # Chakra's comm_tag is an int32
+MAX_BYTES = (1 << 63) - 1  # Chakra's comm_size is an int64
+# Timestamps are printed with 0.01 ms resolution: closer than this is "the same time".
+STAMP_TOLERANCE_NS = 10_000
+
+
+def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
+    records = read_files(paths, diagnostics, strict=options.strict)
+    if not records:
+        raise InputError(str(paths[0]), "no op lines found; expected rank:<r>:<op>(key=value,...)")
+    return build(records, options, diagnostics)
+
+
+def build(records: list[OpRecord], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
+    """The model of the ranks in `records` (any files, any order of ranks)."""
+    by_rank = _records_by_rank(records)
+    readings = {name: subop_reading(recs) for name, recs in _records_by_file(records).items()}
+    layout, inferred = infer_layout(by_rank, options)
+    trace = ExecutionTrace()
+    trace.parallel = Parallel(
+        world=layout.world, tp=layout.tp, dp=layout.dp, pp=layout.pp, ep=layout.ep,
+        microbatches=1 + max((r.batch for r in records if r.op == "forward_step"), default=0),
+    )
+    trace.units = {"time": "ms (converted exactly to integer ns)", "size": "input__shape elements x dtype bytes"}
+    trace.timing = "measured"
+    if inferred:
+        trace.assume(inferred)
+    trace.assume("op timestamps are end times: start = timestamp - duration")
+    scaling = _scaling_mode(records, trace, options, diagnostics)
+    origins = _time_origins(by_rank, readings, scaling)
+    trace.time_origin_ns = min(origins.values())
+    if scaling:
+        trace.metadata["rank_time_origins_ns"] = {str(r): origins[r] for r in sorted(origins)}
+    _record_readings(readings, trace)
+
+    tag_stride = 2 * (1 + max((r.batch for r in records if r.op in P2P_OPS), default=0))
+    builder = _RankBuilder(trace, layout, readings, tag_stride, diagnostics)
+    for rank_id in sorted(by_rank):
+        trace.ranks[rank_id] = builder.build(rank_id, by_rank[rank_id], origins[rank_id])
+
+    if not scaling:
+        _record_receive_waits(trace)
+    _note_absent_peers(trace, diagnostics)
+    if options.retime and not scaling:
+        diagnostics.warn(
+            "megatron-retime-ignored",
+            "--retime applies only to scaling-mode logs (description=simulation); kept the measured times",
+        )
+    if scaling and options.retime:
+        _check_complete_for_retime(trace)
+        trace.timing = "none"
+        for rank in trace.ranks.values():
+            for node in rank.nodes:
+                node.start_ns = None
+        trace.assume("measured times dropped (--retime): the scheduler re-times this scaling-mode log")
+    return trace
+
+
+# ---------------------------------------------------------------- grouping and checks
+
+def _records_by_rank(records: list[OpRecord]) -> dict[int, list[OpRecord]]:
+    by_rank: dict[int, list[OpRecord]] = defaultdict(list)
+    for record in records:
+        mine = by_rank[record.rank]
+        if mine:
+            first = mine[0]
+            if first.file != record.file:
+                raise InputError(
+                    record.where,
+                    f"rank {record.rank} also appears in {first.file} (line {first.line}); give each rank's log once",
+                )
+            if first.stage != record.stage:
+                raise InputError(
+                    record.where,
+                    f"rank {record.rank} logs stage_id {record.stage} here but stage_id {first.stage} at {first.where}",
+                )
+        mine.append(record)
+    return dict(by_rank)
+
+
+def _records_by_file(records: list[OpRecord]) -> dict[str, list[OpRecord]]:
+    by_file: dict[str, list[OpRecord]] = defaultdict(list)
+    for record in records:
+        by_file[record.file].append(record)
+    return dict(by_file)
+
+
+def subop_reading(records: list[OpRecord]) -> tuple[str, str]:
+    """Whether this file's sub-operation timestamps are end or start times, and why.
+
+    Each reading is tried: the one that puts fewer sub-operations outside their step wins; a
+    tie keeps "end" (what FORMATS.md §2 found in the real sample).
+    """
+    total = outside_as_end = outside_as_start = 0
+    for record in records:
+        low, high = record.start_ns - STAMP_TOLERANCE_NS, record.end_ns + STAMP_TOLERANCE_NS
+        for sub in record.sub_ops:
+            total += 1
+            if sub.stamp_ns - sub.duration_ns < low or sub.stamp_ns > high:
+                outside_as_end += 1
+            if sub.stamp_ns < low or sub.stamp_ns + sub.duration_ns > high:
+                outside_as_start += 1
+    if total == 0:
+        return "end", "no sub-operations"
+    if outside_as_start > outside_as_end:
+        return "end", f"read as start times, {outside_as_start} of {total} sub-operations would end outside their step"
+    if outside_as_end > outside_as_start:
+        return "start", f"read as end times, {outside_as_end} of {total} sub-operations would start outside their step"
+    return "end", f"both readings fit all {total} sub-operations; end times assumed (the tracer's usual stamp)"
+
+
+def _record_readings(readings: dict[str, tuple[str, str]], trace: ExecutionTrace) -> None:
+    """Per file in the metadata; one sentence per reading (listing a few files) in the assumptions."""
+    trace.metadata["subop_timestamps"] = {Path(name).name: reading for name, (reading, _) in sorted(readings.items())}
+    for reading in ("end", "start"):
+        files = [(Path(name).name, why) for name, (r, why) in sorted(readings.items()) if r == reading and why != "no sub-operations"]
+        if not files:
+            continue
+        names = ", ".join(name for name, _ in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        trace.assume(f"sub-operation timestamps read as {reading} times in {names} ({files[0][1]})")
+
+
+def _scaling_mode(records: list[OpRecord], trace: ExecutionTrace, options: Options, diagnostics: Diagnostics) -> bool:
+    first = next((r for r in records if r.description == "simulation"), None)
+    if first is None:
+        return False
+    diagnostics.warn(
+        "megatron-scaling-mode",
+        f"{first.where}: scaling-mode log (description=simulation): ranks ran one after another, so "
+        "communication times are not measurements and ranks' timestamps are not on one timeline"
+        + ("" if options.retime else "; use --retime to re-time it with the scheduler"),
+    )
+    trace.metadata["scaling_mode"] = True
+    trace.metadata["cross_rank_timing"] = "meaningless: ranks ran one after another on one GPU"
+    trace.assume(
+        "scaling-mode log: each rank keeps its own timeline starting at 0; communication durations "
+        "are not measurements and cross-rank timing means nothing"
+    )
+    return True
+
+
+def _time_origins(by_rank, readings, scaling: bool) -> dict[int, int]:
+    """The time subtracted from each rank's measurements: one shared origin, or per rank in scaling mode."""
+    earliest = {}
+    for rank_id, recs in by_rank.items():
+        starts = [r.start_ns for r in recs]
+        for record in recs:
+            reading = readings[record.file][0]
+            starts.extend(_sub_start(sub, reading) for sub in record.sub_ops)
+        earliest[rank_id] = min(starts)
+    if scaling:
+        return earliest
+    shared = min(earliest.values())
+    return {rank_id: shared for rank_id in by_rank}
+
+
+def _sub_start(sub: SubOp, reading: str) -> int:
+    return sub.stamp_ns - sub.duration_ns if reading == "end" else sub.stamp_ns
+
+
+# ---------------------------------------------------------------- layout
+
+def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[Layout, str]:
+    """The rank layout, from options where given and from the logs otherwise.
+
+    Megatron places ranks TP fastest: stage = rank // (tp·dp). The smallest tp·dp that puts
+    every rank on its logged stage_id is used (the whole set of ranks when 0..N-1 are all
+    there); TP > 1 only when TP sub-operations appear, EP > 1 only when expert ones do.
+    Returns the layout and, when anything was inferred, a sentence saying so.
+    """
+    stages = {r: recs[0].stage for r, recs in by_rank.items()}
+    first = {r: recs[0] for r, recs in by_rank.items()}
+    ops = [rec for recs in by_rank.values() for rec in recs]
+    subs = [sub for rec in ops for sub in rec.sub_ops]
+    tp_seen = any(sub.group == "tp" for sub in subs)
+    ep_seen = any(sub.group == "exp" for sub in subs) or any(rec.op == "exp_dp_allreduce" for rec in ops)
+    has_next = {r: any(rec.op in ("send_forward", "recv_backward") for rec in recs) for r, recs in by_rank.items()}
+    for r, stage in stages.items():
+        if stage < 0:
+            raise InputError(first[r].where, f"stage_id must be at least 0, found {stage}")
+        if r >= MAX_RANKS or stage >= MAX_RANKS:
+            raise InputError(first[r].where, f"rank {r} / stage_id {stage} is beyond the {MAX_RANKS} ranks et-convert handles")
+
+    per_stage = _ranks_per_stage(stages, options)
+    if per_stage is None:
+        r = max(stages)
+        given = " ".join(f"--{k} {getattr(options, k)}" for k in ("tp", "dp", "pp") if getattr(options, k))
+        raise InputError(
+            first[r].where,
+            f"rank {r} logs stage_id {stages[r]}, which no layout{' with ' + given if given else ''} allows "
+            "(Megatron order: stage = rank // (tp*dp))",
+        )
+    if options.tp:
+        tp = options.tp
+    elif options.dp:
+        tp = per_stage // options.dp
+    else:
+        tp = _smallest_factor(per_stage) if tp_seen else 1
+    dp = per_stage // tp
+    ep = options.ep or (_smallest_factor(dp) if ep_seen else 1)
+    pp_floor = max(stage + (2 if has_next[r] else 1) for r, stage in stages.items())
+    pp = options.pp or pp_floor
+    for r, stage in stages.items():
+        if stage >= pp:
+            raise InputError(first[r].where, f"rank {r} logs stage_id {stage}, but --pp is {pp}")
+    layout = Layout(tp=tp, dp=dp, pp=pp, ep=ep)
+    layout.check()
+    guessed = [k for k in ("tp", "dp", "pp") if getattr(options, k) is None]
+    if options.ep is None and ep_seen:
+        guessed.append("ep")
+    if not guessed:
+        return layout, ""
+    return layout, (
+        f"layout tp={tp}, dp={dp}, pp={pp}, ep={ep}: {', '.join(guessed)} inferred from the ranks' "
+        "stage_id (stage = rank // (tp*dp)), their sub-operations and pipeline ops; "
+        "give --tp/--dp/--pp/--ep to set them"
+    )
+
+
+def _ranks_per_stage(stages: dict[int, int], options: Options) -> int | None:
+    """tp·dp: the given one, the whole set's when ranks 0..N-1 are all present, else the smallest that fits."""
+    def fits(k: int) -> bool:
+        return all(r // k == s for r, s in stages.items())
+
+    if options.tp and options.dp:
+        return options.tp * options.dp if fits(options.tp * options.dp) else None
+    step = options.tp or options.dp or 1  # tp*dp must be a multiple of the one given
+    ranks = sorted(stages)
+    if ranks == list(range(len(ranks))):
+        count = options.pp or len(set(stages.values()))
+        if len(ranks) % count == 0 and (len(ranks) // count) % step == 0 and fits(len(ranks) // count):
+            return len(ranks) // count
+    # rank // k == s  <=>  r // (s + 1) < k <= r // s: intersect the ranges of all ranks
+    low = max(r // (s + 1) + 1 for r, s in stages.items())
+    high = min((r // s for r, s in stages.items() if s > 0), default=None)
+    k = -(-low // step) * step
+    return k if high is None or k <= high else None
+
+
+def _smallest_factor(n: int) -> int:
+    """The smallest divisor of n above 1 (1 when n is 1)."""
+    for d in range(2, n + 1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def _members(layout: Layout, kind: str, rank: int) -> list[int]:
+    if kind == "pos_embedding":  # Megatron's position-embedding group: the first stage
+        return [layout.pp_members(rank)[0]]
+    return layout.members(kind, rank)
+
+
+# ---------------------------------------------------------------- nodes of one rank
+
+@dataclass
+class _RankBuilder:
+    trace: ExecutionTrace
+    layout: Layout
+    readings: dict[str, tuple[str, str]]
+    tag_stride: int
+    diagnostics: Diagnostics
+
+    def build(self, rank_id: int, records: list[OpRecord], origin: int) -> Rank:
+        if rank_id >= self.layout.world:
+            raise InputError(records[0].where, f"rank {rank_id} is outside the layout's {self.layout.world} ranks")
+        coords = self.layout.coords(rank_id)
+        rank = Rank(rank_id, coords={k: coords[k] for k in ("tp", "dp", "pp", "ep")}, source=Path(records[0].file).name)
+        self.rank, self.origin, self.iteration = rank, origin, 0
+        frontier: list[int] = []
+        index = 0
+        while index < len(records):
+            record = records[index]
+            partner = records[index + 1] if index + 1 < len(records) else None
+            if partner is not None and _fused(record, partner):
+                name = FUSED_PAIRS[frozenset((record.op, partner.op))]
+                pair = [self._add_op(record, frontier, fused=name), self._add_op(partner, frontier, fused=name)]
+                frontier = [node.id for node in pair]
+                index += 2
+            else:
+                frontier = [self._add_op(record, frontier).id]
+                index += 1
+            if record.op == "optimizer_step":  # the next op belongs to the next iteration
+                self.iteration += 1
+        return rank
+
+    def _add_op(self, record: OpRecord, deps: list[int], fused: str | None = None) -> Node:
+        node = Node(
+            id=len(self.rank.nodes), name=_op_name(record), kind=NodeKind.COMPUTE,
+            duration_ns=record.duration_ns, deps=list(deps), start_ns=record.start_ns - self.origin,
+            source=record.where, args=_op_args(record, self.iteration),
+        )
+        if record.op not in FINALIZE_OPS:
+            node.microbatch = record.batch
+        if fused:
+            node.args["fused"] = fused
+        self.rank.nodes.append(node)
+        if record.op in P2P_OPS:
+            self._make_p2p(node, record)
+        elif record.op in COLLECTIVE_OPS:
+            self._make_collective(node, COLLECTIVE_OPS[record.op], CollType.ALL_REDUCE, record.shape, record.dtype, record.where)
+        elif record.op not in COMPUTE_OPS:
+            self.diagnostics.warn(
+                f"megatron-unknown-op:{record.op}",
+                f"{record.where}: {{count}} {record.op} op(s) are not known Megatron steps; drawn as compute",
+            )
+        self._add_sub_ops(node, record, deps)
+        return node
+
+    def _make_p2p(self, node: Node, record: OpRecord) -> None:
+        kind, direction, offset = P2P_OPS[record.op]
+        coords = self.layout.coords(self.rank.rank)
+        peer_stage = coords["pp"] + offset
+        if not 0 <= peer_stage < self.layout.pp:
+            raise InputError(
+                record.where,
+                f"{record.op} on stage {coords['pp']} has no peer stage (pipeline has {self.layout.pp} stages; give --pp)",
+            )
+        node.kind = kind
+        node.peer = self.layout.rank_of(coords["tp"], coords["dp"], peer_stage)
+        node.tag = self.iteration * self.tag_stride + 2 * record.batch + direction
+        if not 0 <= node.tag <= MAX_TAG:
+            raise InputError(record.where, f"batch_id {record.batch} gives a transfer tag outside 0..{MAX_TAG}")
+        node.size = self._bytes(record.shape, record.dtype, record.where, "p2p")
+        node.args["peer_stage"] = peer_stage
+
+    def _make_collective(self, node, kind: str, coll: CollType, shape, dtype, where: str) -> None:
+        group = self.trace.add_group(kind, _members(self.layout, kind, self.rank.rank))
+        if not group.name:
+            group.name = f"{kind}#{group.id}"
+        node.kind = NodeKind.COLLECTIVE
+        node.coll = coll
+        node.group = group.id
+        node.size = self._bytes(shape, dtype, where, "collective")
+
+    def _add_sub_ops(self, parent: Node, record: OpRecord, deps: list[int]) -> None:
+        reading = self.readings[record.file][0]
+        previous = list(deps)
+        for index, sub in enumerate(record.sub_ops):
+            start, end = _clamped(sub, reading, record, self.diagnostics)
+            node = Node(
+                id=len(self.rank.nodes), name=f"{sub.name} {sub.comm_func or 'comm'}", kind=NodeKind.COLLECTIVE,
+                duration_ns=end - start, deps=previous, start_ns=start - self.origin, parent=parent.id,
+                microbatch=parent.microbatch, source=record.where,
+                args=_sub_args(sub, record, index),
+            )
+            kind = LOG_GROUPS.get(sub.group or "tp")
+            if kind is None:
+                self.diagnostics.warn(
+                    f"megatron-unknown-group:{sub.group}",
+                    f"{record.where}: {{count}} sub-operation(s) in unknown group {sub.group!r}; placed in the TP group",
+                )
+                kind = "tp"
+            coll = COMM_FUNCS.get((sub.comm_func or "").lower())
+            if coll is None:
+                self.diagnostics.warn(
+                    f"megatron-unknown-comm:{sub.comm_func}",
+                    f"{record.where}: {{count}} sub-operation(s) with comm_func={sub.comm_func}; written as ALL_REDUCE",
+                )
+                self.trace.assume(f"sub-operations with comm_func={sub.comm_func} are written as ALL_REDUCE")
+                coll = CollType.ALL_REDUCE
+            self.rank.nodes.append(node)
+            self._make_collective(node, kind, coll, sub.shape, sub.dtype, record.where)
+            previous = [node.id]
+
+    def _bytes(self, shape, dtype, where: str, what: str) -> int:
+        if shape is None:
+            self.diagnostics.warn(
+                f"megatron-no-shape-{what}",
+                f"{where}: {{count}} {what} op(s) log no input__shape; written with size 1 byte",
+            )
+            return 1
+        width = DTYPE_BYTES.get((dtype or "").removeprefix("torch."))
+        if width is None:
+            self.diagnostics.warn(
+                f"megatron-dtype:{dtype}", f"{where}: {{count}} op(s) with unknown dtype {dtype}; 4 bytes per element assumed",
+            )
+            self.trace.assume(f"dtype {dtype} taken as 4 bytes per element")
+            width = 4
+        size = prod(shape) * width
+        if size > MAX_BYTES:
+            raise InputError(where, f"input__shape {_shape_text(shape)} is {size} bytes, more than a Chakra size holds")
+        return max(1, size)
+
+
+def _fused(a: OpRecord, b: OpRecord) -> bool:
+    """Two lines of one fused exchange: a send and the opposite receive, logged with the same time."""
+    return (
+        frozenset((a.op, b.op)) in FUSED_PAIRS
+        and a.end_ns == b.end_ns
+        and a.duration_ns == b.duration_ns
+    )
+
+
+def _clamped(sub: SubOp, reading: str, parent: OpRecord, diagnostics: Diagnostics) -> tuple[int, int]:
+    """The sub-operation's start and end, kept inside its step (the log rounds to 0.01 ms)."""
+    start = _sub_start(sub, reading)
+    end = start + sub.duration_ns
+    low, high = parent.start_ns, parent.end_ns
+    if start < low or end > high:
+        if start < low - STAMP_TOLERANCE_NS or end > high + STAMP_TOLERANCE_NS:
+            diagnostics.warn(
+                "megatron-subop-outside",
+                f"{parent.where}: {{count}} sub-operation(s) lie outside their step; clipped to it",
+            )
+        start = min(max(start, low), high)
+        end = min(max(end, start), high)
+    return start, end
+
+
+def _op_name(record: OpRecord) -> str:
+    if record.op in FINALIZE_OPS:
+        return record.op
+    return f"{record.op} mb{record.batch}"
+
+
+def _shape_text(shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _op_args(record: OpRecord, iteration: int) -> dict:
+    args: dict = {"stage": record.stage, "op": record.op, "iteration": iteration}
+    if record.op not in FINALIZE_OPS:
+        args["microbatch"] = record.batch
+    for key, value in (
+        ("mg_state", record.mg_state), ("group_kind", record.group_kind), ("dtype", record.dtype),
+        ("description", record.description),
+    ):
+        if value is not None:
+            args[key] = value
+    if record.shape is not None:
+        args["shape"] = _shape_text(record.shape)
+    return args
+
+
+def _sub_args(sub: SubOp, record: OpRecord, index: int) -> dict:
+    args: dict = {"stage": record.stage, "sub_operation": index, "step": record.op}
+    for key, value in (
+        ("comm_func", sub.comm_func), ("func_name", sub.func_name), ("trace_src_func", sub.trace_src_func),
+        ("group_kind", sub.group), ("dtype", sub.dtype), ("mg_state", record.mg_state),
+    ):
+        if value is not None:
+            args[key] = value
+    if sub.shape is not None:
+        args["shape"] = _shape_text(sub.shape)
+    return args
+
+
+# ---------------------------------------------------------------- after all ranks
+
+def _record_receive_waits(trace: ExecutionTrace) -> None:
+    """How long each receive waited for its peer (args wait_ns), so a long receive reads as a bubble.
+
+    With the sender in the set: the time from the receive's start to the send's start. Without
+    it: the receive's duration minus the fastest send of the same size on this rank (an estimate).
+    """
+    sends = {}
+    for rank in trace.ranks.values():
+        for node in rank.nodes:
+            if node.kind == NodeKind.SEND:
+                sends[(rank.rank, rank.peer_of(node), node.tag)] = node
+    for rank in trace.sorted_ranks():
+        fastest: dict[int, int] = {}
+        for node in rank.nodes:
+            if node.kind == NodeKind.SEND:
+                fastest[node.size] = min(fastest.get(node.size, node.duration_ns), node.duration_ns)
+        for node in rank.nodes:
+            if node.kind != NodeKind.RECV or node.start_ns is None:
+                continue
+            send = sends.get((rank.peer_of(node), rank.rank, node.tag))
+            if send is not None and send.start_ns is not None:
+                wait = send.start_ns - node.start_ns
+                node.args["wait_basis"] = "start of the matching send"
+            elif node.size in fastest:
+                wait = node.duration_ns - fastest[node.size]
+                node.args["wait_basis"] = "estimate: duration minus this rank's fastest send of the same size"
+            else:
+                continue
+            node.args["wait_ns"] = min(max(wait, 0), node.duration_ns)
+
+
+def _check_complete_for_retime(trace: ExecutionTrace) -> None:
+    """The scheduler can only re-time a set that holds every rank its groups and transfers name."""
+    named = {m for rank in trace.ranks.values() for n in rank.nodes if n.group is not None
+             for m in trace.groups[rank.group_of(n)].members}
+    named |= {rank.peer_of(n) for rank in trace.ranks.values() for n in rank.nodes if n.peer is not None}
+    missing = sorted(named - set(trace.ranks))
+    if missing:
+        shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+        raise InputError(
+            None,
+            f"--retime needs the logs of every rank the groups and transfers name; missing ranks {shown} "
+            "(give all ranks' logs, or convert without --retime)",
+        )
+
+
+def _note_absent_peers(trace: ExecutionTrace, diagnostics: Diagnostics) -> None:
+    absent = sorted({
+        rank.peer_of(node) for rank in trace.ranks.values() for node in rank.nodes
+        if node.kind in (NodeKind.SEND, NodeKind.RECV) and rank.peer_of(node) not in trace.ranks
+    })
+    if absent:
+        listed = ", ".join(map(str, absent))
+        trace.metadata["absent_peers"] = absent
+        trace.assume(
+            f"pipeline peers not in the input (ranks {listed}): their sends and receives are kept with "
+            "the layout's peer rank and have no partner in this set"
+        )
+        diagnostics.note(f"pipeline peers {listed} are not in the input; their transfers stay unmatched")

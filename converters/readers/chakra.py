@@ -1,0 +1,502 @@
+"""Read a Chakra execution-trace set (`<prefix>.<rank>.et`, optionally gzipped) into the model.
+
+Every node keeps what its file said (attributes with their oneof kind, IOInfo, original ids,
+ctrl_deps) so that the et-json dump can reproduce the files byte for byte; the model fields
+(kind, deps, duration, collective, size, group, peer, tag) are derived from it. Producers
+differ: ids may come from a counter shared by all ranks, and integer attributes may use
+another oneof kind than ASTRA-sim reads. Both are accepted here; the validator reports kinds.
+`comm_group.json` beside the files (`<prefix>.comm_group.json` or `comm_group.json`) gives
+the groups; et-convert's own GlobalMetadata adds their kinds, the rank coordinates and the
+parallel configuration.
+
+Speed and memory: each distinct node message is converted once, and ranks whose files differ
+only in their own rank, group ids and peers share one node list (see NodeDecoder), so a
+1024-rank set written from per-stage graphs is held as a few graphs, not 1024.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from pathlib import Path
+
+import orjson
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from .._proto import et_def_pb2 as pb
+from .._proto.wire import FramingError, attr_from_proto, attr_to_proto, frames, per_rank_role
+from ..diagnostics import Diagnostics, InputError
+from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Rank, WireAttr
+from ..options import Options
+
+RANK_NAME = re.compile(r"^(?P<prefix>.*)\.(?P<rank>\d+)\.et(?:\.gz)?$")
+GZIP_MAGIC = b"\x1f\x8b"
+NODE_KINDS = {kind.value: kind for kind in NodeKind}
+COLL_TYPES = {coll.value: coll for coll in CollType}
+
+
+# ---------------------------------------------------------------------------------------------
+# sniffing
+
+
+# A GlobalMetadata larger than the sniffed head is read from the file up to this size
+# (chakra_converter copies its whole input text into every rank's metadata).
+SNIFF_MAX_METADATA = 64 << 20
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """True when `head` starts like a Chakra file: a framed GlobalMetadata, then Nodes."""
+    if head.startswith(GZIP_MAGIC):
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 1 << 16)
+        except zlib.error:
+            return False
+    messages = frames_in_head(head)
+    if not messages:
+        messages = frames_in_head(longer_head(head, path))
+    if not messages:
+        return False
+    meta = pb.GlobalMetadata()
+    if not parses_cleanly(meta, messages[0]):
+        return False
+    for body in messages[1:3]:
+        node = pb.Node()
+        if not parses_cleanly(node, body) or node.type not in NODE_KINDS:
+            return False
+    return True
+
+
+def longer_head(head: bytes, path: Path) -> bytes:
+    """The file's start up to the end of its first message plus a little, when that is plausible."""
+    length, shift = 0, 0
+    for used, byte in enumerate(head[:10], 1):
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            break
+    else:
+        return b""
+    if length <= len(head) - used or length > SNIFF_MAX_METADATA:
+        return b""
+    wanted = used + length + (1 << 16)
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) == GZIP_MAGIC:
+                f.seek(0)
+                return gzip.GzipFile(fileobj=f).read(wanted)
+            f.seek(0)
+            return f.read(wanted)
+    except (OSError, EOFError, zlib.error):
+        return b""
+
+
+def frames_in_head(head: bytes) -> list[bytes]:
+    """The complete framed messages at the start of `head` (a prefix of the file)."""
+    found = []
+    try:
+        for _, start, end in frames(head):
+            found.append(head[start:end])
+            if len(found) == 3:
+                break
+    except FramingError:
+        pass  # the head may end inside a message
+    return found
+
+
+def parses_cleanly(message, body: bytes) -> bool:
+    """`body` decodes as `message` with no fields the schema does not know (text rarely does)."""
+    try:
+        message.ParseFromString(body)
+    except DecodeError:
+        return False
+    return len(UnknownFieldSet(message)) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+
+def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
+    """Read every rank file and the comm_group.json beside them."""
+    trace = ExecutionTrace()
+    trace.source.format = "chakra"
+    trace.units = {"duration": "us (Chakra duration_micros)", "comm_size": "bytes"}
+    trace.metadata["chakra.wire"] = True
+    decoder = NodeDecoder()
+    for rank_id, path in ranks_of(paths):
+        trace.ranks[rank_id] = read_rank(path, rank_id, decoder)
+    if decoder.shared_ranks:
+        diagnostics.note(f"chakra: {decoder.shared_ranks} ranks share the node list of a rank with the same graph")
+    if decoder.noncanonical:
+        trace.metadata["chakra.noncanonical"] = decoder.noncanonical
+    read_groups(trace, paths)
+    apply_our_metadata(trace)
+    decide_timing(trace)
+    apply_parallel_options(trace, options)
+    return trace
+
+
+def apply_parallel_options(trace: ExecutionTrace, options: Options) -> None:
+    """--tp/--dp/--pp/--ep override what the files said; a plain Chakra set says nothing (world 0)."""
+    given = {k: getattr(options, k) for k in ("tp", "dp", "pp", "ep") if getattr(options, k)}
+    for key, value in given.items():
+        setattr(trace.parallel, key, value)
+    if given and not trace.parallel.world:
+        trace.parallel.world = len(trace.ranks)
+
+
+def ranks_of(paths: list[Path]) -> list[tuple[int, Path]]:
+    """(rank, file) pairs in rank order; the rank comes from the `<prefix>.<rank>.et` name."""
+    if len(paths) == 1 and not RANK_NAME.match(paths[0].name):
+        return [(0, paths[0])]  # a single file without a rank number: rank 0
+    found: dict[int, Path] = {}
+    for path in paths:
+        match = RANK_NAME.match(path.name)
+        if not match:
+            raise InputError(str(path), "cannot tell the rank: expected a name like <prefix>.<rank>.et")
+        rank = int(match["rank"])
+        if rank in found:
+            raise InputError(str(path), f"rank {rank} is given twice (also {found[rank]})")
+        found[rank] = path
+    return sorted(found.items())
+
+
+def file_bytes(path: Path) -> bytes:
+    """The file's content, decompressed when it is gzip."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(str(path), f"cannot read: {e.strerror}") from None
+    if data.startswith(GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise InputError(str(path), f"broken gzip data: {e}") from None
+    return data
+
+
+def read_rank(path: Path, rank_id: int, decoder: "NodeDecoder") -> Rank:
+    """One file: GlobalMetadata then Nodes, each decoded by protobuf (see NodeDecoder)."""
+    data = file_bytes(path)
+    if not data:
+        raise InputError(str(path), "file is empty (expected a GlobalMetadata message)")
+    rank = Rank(rank_id, source=str(path))
+    recipes = []
+    append = recipes.append
+    recipe = decoder.recipe
+    try:
+        messages = frames(data)
+        for offset, start, end in messages:
+            body = data[start:end]
+            meta = read_metadata(body, path, offset)
+            attrs = [attr_from_proto(a) for a in meta.attr]
+            if meta.SerializeToString() != body or not all(map(reencodes, meta.attr, attrs)):
+                decoder.noncanonical += 1
+            rank.wire_metadata = (meta.version, attrs)
+            break
+        for offset, start, end in messages:
+            append(recipe(data[start:end], path, offset))
+    except FramingError as e:
+        raise InputError(f"{path}: byte {e.offset}", e.message) from None
+    if not decoder.share(rank, recipes):
+        build = decoder.build
+        rank.nodes = [build(r) for r in recipes]
+    return rank
+
+
+def read_metadata(body: bytes, path: Path, offset: int) -> pb.GlobalMetadata:
+    meta = decode(pb.GlobalMetadata, body, path, offset, "GlobalMetadata")
+    if len(UnknownFieldSet(meta)):
+        raise InputError(
+            f"{path}: byte {offset}",
+            "not a Chakra file: the first message is no GlobalMetadata (fields the schema does not know)",
+        )
+    return meta
+
+
+def decode(message_type, body, path: Path, offset: int, what: str):
+    try:
+        return message_type.FromString(body)
+    except DecodeError:
+        message = f"cannot decode {what} message: the protobuf wire format is corrupt"
+        if offset == 0 and looks_like_text(body):
+            message += "; the file looks like text, not a Chakra trace"
+        raise InputError(f"{path}: byte {offset}", message) from None
+
+
+def looks_like_text(data) -> bool:
+    sample = bytes(data[:256])
+    return bool(sample) and all(32 <= b < 127 or b in b"\t\r\n" for b in sample)
+
+
+class NodeDecoder:
+    """Turns Node messages into model Nodes, converting each distinct message once.
+
+    Every set repeats the same attributes, and sets written from shared graphs repeat whole
+    node messages on many ranks, so a message is converted once into a recipe and a repeated
+    one costs a dict lookup. Ranks whose files differ only in the per-rank values of
+    ASTRA-sim attributes (pg_name, comm_src, comm_dst: see `wire.per_rank_role`) share the
+    first such rank's node list through `group_map` / `peer_map`, as builders do. Nodes built
+    from one message share their `attrs` list (read-only, like everything a file carried).
+    """
+
+    MAX_TRIES = 4  # representatives with the same graph tried before a rank gets its own list
+
+    def __init__(self):
+        # message bytes -> (Node keyword arguments, deps, ctrl_deps, shape id or None, per-rank values)
+        self.recipes: dict[bytes, tuple] = {}
+        self.attrs: dict[tuple[int, bytes], tuple[WireAttr, tuple | None]] = {}  # (type, bytes) -> attr, effect
+        self.shapes: dict[tuple, int] = {}  # a message without its per-rank values -> shape id
+        self.representatives: dict[tuple, list[tuple[Rank, list]]] = {}  # shape ids of a file -> ranks
+        self.noncanonical = 0  # distinct messages (and metadata) protobuf would encode differently
+        self.shared_ranks = 0
+
+    def recipe(self, body: bytes, path: Path, offset: int) -> tuple:
+        known = self.recipes.get(body)
+        if known is None:
+            wire = decode(pb.Node, body, path, offset, "Node")
+            if len(UnknownFieldSet(wire)) or wire.SerializeToString() != body or io_has_unknown_fields(wire):
+                self.noncanonical += 1  # unknown fields, unpacked lists, ...: a dump cannot repeat these bytes
+            known = self.recipes[body] = self.convert(wire, path, offset)
+        return known
+
+    @staticmethod
+    def build(recipe: tuple) -> Node:
+        fields, deps, ctrl_deps = recipe[0], recipe[1], recipe[2]
+        return Node(**fields, deps=list(deps), ctrl_deps=list(ctrl_deps))
+
+    def convert(self, wire: pb.Node, path: Path, offset: int) -> tuple:
+        where = f"{path}: byte {offset}"
+        kind = node_kind(wire.type, wire.id, wire.name, where)
+        fields = {
+            "id": wire.id, "name": wire.name, "kind": kind, "duration_ns": wire.duration_micros * 1000,
+            "start_ns": wire.start_time_micros * 1000 if wire.start_time_micros else None,
+            "inputs": (wire.inputs.values, wire.inputs.shapes, wire.inputs.types) if wire.HasField("inputs") else None,
+            "outputs": (wire.outputs.values, wire.outputs.shapes, wire.outputs.types) if wire.HasField("outputs") else None,
+        }
+        attrs = []
+        for attr in wire.attr:
+            key = (wire.type, attr.SerializeToString())
+            known = self.attrs.get(key)
+            if known is None:
+                item = attr_from_proto(attr)
+                if not reencodes(attr, item):
+                    self.noncanonical += 1
+                known = self.attrs[key] = (item, attr_effect(kind, item))
+            attrs.append(known[0])
+            if known[1] is not None:
+                apply_effect(fields, known[1], wire.id, wire.name, where)
+        fields["attrs"] = attrs
+        deps, ctrl_deps = tuple(wire.data_deps), tuple(wire.ctrl_deps)
+        shape, per_rank = self.shape_of(wire, fields, deps, ctrl_deps)
+        return fields, deps, ctrl_deps, shape, per_rank
+
+    def shape_of(self, wire: pb.Node, fields: dict, deps: tuple, ctrl_deps: tuple):
+        """(shape id, per-rank values): equal shapes differ at most in the per-rank values.
+
+        Shape None keeps the node's rank on a list of its own: measured times, or a group or
+        peer that comes from an attribute not in ASTRA-sim's form (a map could not rebuild it).
+        """
+        attrs = fields["attrs"]
+        roles = [per_rank_role(wire.type, a) for a in attrs]
+        names = [a.name for a, role in zip(attrs, roles) if role]
+        if (
+            wire.start_time_micros
+            or len(set(names)) != len(names)
+            or fields.get("group") is not None and "group" not in roles
+            or fields.get("peer") is not None and "peer" not in roles
+        ):
+            return None, ()
+        key = (
+            wire.id, wire.name, wire.type, wire.duration_micros, deps, ctrl_deps, fields["inputs"], fields["outputs"],
+            tuple((i, role) if role else id(a) for i, (a, role) in enumerate(zip(attrs, roles))),
+        )
+        per_rank = tuple((role, int(a.value)) for a, role in zip(attrs, roles) if role)
+        return self.shapes.setdefault(key, len(self.shapes)), per_rank
+
+    def share(self, rank: Rank, recipes: list[tuple]) -> bool:
+        """Give `rank` the node list of an earlier rank with the same graph; False when none fits."""
+        signature = tuple(r[3] for r in recipes)
+        if None in signature:
+            return False
+        candidates = self.representatives.setdefault(signature, [])
+        for representative, their_recipes in candidates[: self.MAX_TRIES]:
+            maps = self.maps_between(their_recipes, recipes, rank.rank)
+            if maps is not None:
+                rank.nodes = representative.nodes
+                rank.group_map, rank.peer_map = maps
+                self.shared_ranks += 1
+                return True
+        if all(value == rank.rank for r in recipes for role, value in r[4] if role == "own"):
+            candidates.append((rank, recipes))  # its own rank in every own-rank attribute: shareable
+        return False
+
+    @staticmethod
+    def maps_between(theirs: list[tuple], ours: list[tuple], rank_id: int):
+        """(group_map, peer_map) turning the representative's values into ours, or None."""
+        group_map: dict[int, int] = {}
+        peer_map: dict[int, int] = {}
+        for a, b in zip(theirs, ours):
+            if a is b and not a[4]:
+                continue
+            for (role, mine), (_, yours) in zip(a[4], b[4]):
+                if role == "own":
+                    if yours != rank_id:
+                        return None
+                elif role == "group":
+                    if group_map.setdefault(mine, yours) != yours:
+                        return None
+                elif peer_map.setdefault(mine, yours) != yours:
+                    return None
+        group_map = {k: v for k, v in group_map.items() if k != v}
+        peer_map = {k: v for k, v in peer_map.items() if k != v}
+        return group_map or None, peer_map or None
+
+
+def reencodes(attr: pb.AttributeProto, item: WireAttr) -> bool:
+    """Whether the WireAttr gives back the attribute's bytes (no unknown fields inside it)."""
+    return attr_to_proto(item).SerializeToString() == attr.SerializeToString()
+
+
+def io_has_unknown_fields(wire: pb.Node) -> bool:
+    return any(wire.HasField(f) and len(UnknownFieldSet(getattr(wire, f))) for f in ("inputs", "outputs"))
+
+
+def node_kind(node_type: int, node_id: int, name: str, where: str) -> NodeKind:
+    kind = NODE_KINDS.get(node_type)
+    if kind is None:
+        raise InputError(where, f"node {node_id} {name!r} has type {node_type}; expected 1-7 (METADATA_NODE..COMM_COLL_NODE)")
+    return kind
+
+
+def model_node(
+    node_id: int, name: str, node_type: int, ctrl_deps: list[int], data_deps: list[int],
+    start_micros: int, duration_micros: int, inputs, outputs, attrs: list[WireAttr], where: str,
+) -> Node:
+    """Derive the model fields of a node from its Chakra fields (the et-json reader's way in)."""
+    kind = node_kind(node_type, node_id, name, where)
+    fields = {
+        "id": node_id, "name": name, "kind": kind, "duration_ns": duration_micros * 1000,
+        "start_ns": start_micros * 1000 if start_micros else None, "inputs": inputs, "outputs": outputs,
+        "deps": data_deps, "ctrl_deps": ctrl_deps, "attrs": attrs,
+    }
+    for attr in attrs:
+        effect = attr_effect(kind, attr)
+        if effect is not None:
+            apply_effect(fields, effect, node_id, name, where)
+    return Node(**fields)
+
+
+def int_value(attr: WireAttr) -> int | None:
+    """The attribute's integer value whatever integer kind holds it; None if it is no integer."""
+    value = attr.value
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def attr_effect(kind: NodeKind, attr: WireAttr) -> tuple[str, object] | None:
+    """The model field an ASTRA-sim attribute stands for on a node of `kind`: (field, value).
+
+    A value that cannot be used gives ("error", message) so the caller can name the node.
+    """
+    name = attr.name
+    if name == "comm_type" and kind == NodeKind.COLLECTIVE:
+        value = int_value(attr)
+        if value not in COLL_TYPES:
+            return ("error", f"comm_type {attr.value!r} is not a CollectiveCommType (0-9)")
+        return ("coll", COLL_TYPES[value])
+    if name == "comm_size" or (name == "tensor_size" and kind in (NodeKind.MEM_LOAD, NodeKind.MEM_STORE)):
+        value = int_value(attr)
+        return None if value is None else ("size", value)
+    if name == "pg_name":
+        text = attr.value if isinstance(attr.value, str) else ""
+        if text.isascii() and text.isdigit():
+            return ("group", int(text))
+        if text:
+            return ("error", f"pg_name {text!r} is not a decimal group id")
+        return None
+    if name == "comm_dst" and kind == NodeKind.SEND or name == "comm_src" and kind == NodeKind.RECV:
+        return ("peer", int_value(attr))
+    if name == "comm_tag":
+        return ("tag", int_value(attr))
+    if name == "microbatch":
+        return ("microbatch", int_value(attr))
+    return None
+
+
+def apply_effect(fields: dict, effect: tuple, node_id: int, name: str, where: str) -> None:
+    field, value = effect
+    if field == "error":
+        raise InputError(where, f"node {node_id} {name!r}: {value}")
+    fields[field] = value
+
+
+def read_groups(trace: ExecutionTrace, paths: list[Path]) -> None:
+    """Groups from `<prefix>.comm_group.json` or `comm_group.json` beside the first file."""
+    path = group_file_for(paths[0])
+    if path is None:
+        return
+    try:
+        table = orjson.loads(path.read_bytes())
+    except OSError as e:
+        raise InputError(str(path), f"cannot read: {e.strerror}") from None
+    except orjson.JSONDecodeError as e:
+        raise InputError(str(path), f"not valid JSON ({e})") from None
+    if not isinstance(table, dict):
+        raise InputError(str(path), 'expected an object {"<group id>": [rank, ...], ...}')
+    for key, members in table.items():
+        if not (key.isascii() and key.isdigit()) or int(key) <= 0:
+            raise InputError(str(path), f"group id {key!r} is not a positive integer")
+        if not isinstance(members, list) or not all(isinstance(m, int) and not isinstance(m, bool) for m in members):
+            raise InputError(str(path), f"group {key}: expected a list of ranks, found {members!r}"[:200])
+        gid = int(key)
+        trace.groups[gid] = Group(gid, "", tuple(members))
+    trace.source.files = [p.name for p in paths] + [path.name]
+
+
+def group_file_for(first: Path) -> Path | None:
+    match = RANK_NAME.match(first.name)
+    candidates = []
+    if match:
+        candidates.append(first.with_name(f"{match['prefix']}.comm_group.json"))
+    candidates.append(first.with_name("comm_group.json"))
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def apply_our_metadata(trace: ExecutionTrace) -> None:
+    """Take back what et-convert's own GlobalMetadata records (parallel, coords, group kinds)."""
+    for rank in trace.ranks.values():
+        if rank.wire_metadata is None:
+            continue
+        for attr in rank.wire_metadata[1]:
+            name, value = attr.name, attr.value
+            if name.startswith("coords.") and isinstance(value, int):
+                rank.coords[name[len("coords."):]] = value
+            elif name.startswith("parallel.") and isinstance(value, int):
+                key = name[len("parallel."):]
+                if hasattr(trace.parallel, key):
+                    setattr(trace.parallel, key, value)
+            elif name == "group_kinds" and isinstance(value, list):
+                for entry in value:
+                    gid, _, kind = str(entry).partition("=")
+                    group = trace.groups.get(int(gid)) if gid.isascii() and gid.isdigit() else None
+                    if group is not None:
+                        group.kind = kind
+            elif name == "assumptions" and isinstance(value, list):
+                for sentence in value:
+                    trace.assume(str(sentence))
+
+
+def decide_timing(trace: ExecutionTrace) -> None:
+    """Measured only when every node has a start time; Chakra usually carries durations only."""
+    ranks = trace.ranks.values()
+    if any(r.nodes for r in ranks) and all(n.start_ns is not None for r in ranks for n in r.nodes):
+        trace.timing = "measured"
+    else:
+        trace.timing = "none"

@@ -1,0 +1,315 @@
+"""Reader for Megatron per-rank op logs (FORMATS.md §2): text lines -> `OpRecord`s.
+
+One op per line:
+
+    rank:4:forward_step(stage_id=2,batch_id=0,...,timestamp=4509232418.87,sub_operations=['...', ...])
+
+Values may hold commas and brackets (`input__shape=[2048, 2, 5120]`, a `description` with
+commas), so a line is split into fields at top-level commas that start a `key=`, never at every
+comma. `sub_operations` is a Python list literal of strings, read with `ast.literal_eval`
+(literals only, never code); each string is split into fields the same way.
+
+The reader knows nothing of ranks' layout, groups or Chakra: times stay as they were logged
+(converted exactly from ms to integer ns) and every record keeps its `file:line`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from ..diagnostics import Diagnostics, InputError, at
+
+# The keys the tracer writes on an op line and inside a sub-operation string.
+OP_KEYS = (
+    "stage_id", "batch_id", "mg_state", "duration", "description", "group_kind",
+    "input__shape", "input__dtype", "timestamp", "sub_operations",
+)
+SUB_KEYS = (
+    "trace_src_func", "duration", "timestamp", "input__shape", "input__dtype",
+    "func_name", "group", "comm_func",
+)
+REQUIRED_OP_KEYS = ("stage_id", "batch_id", "duration", "timestamp")
+REQUIRED_SUB_KEYS = ("duration", "timestamp")
+
+_LINE = re.compile(r"rank:(\d+):([A-Za-z_]\w*)\((.*)\)\s*$")
+_LINE_START = re.compile(rb"\s*rank:\d+:[A-Za-z_]\w*\(")
+_KEY = re.compile(r"\s*([A-Za-z_]\w*)=")
+_SUBOPS_SHAPE = "expected a list of quoted 'key=value,...' strings"
+
+
+@dataclass(slots=True)
+class SubOp:
+    """One communication call logged inside a step (a TP all-reduce, an expert all-to-all)."""
+
+    duration_ns: int
+    stamp_ns: int  # as logged: an end or a start time (the builder decides per file)
+    shape: tuple[int, ...] | None
+    dtype: str | None
+    group: str | None  # tp, exp, ...
+    comm_func: str | None  # allreduce, all_to_all, allgather, ...
+    func_name: str | None
+    trace_src_func: str | None
+    extras: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.func_name or self.trace_src_func or self.comm_func or "sub_operation"
+
+
+@dataclass(slots=True)
+class OpRecord:
+    """One logged op of one rank."""
+
+    rank: int
+    op: str
+    stage: int
+    batch: int
+    mg_state: str | None
+    duration_ns: int
+    end_ns: int  # the logged timestamp: the op's end (host clock after a device sync)
+    description: str | None
+    group_kind: str | None
+    shape: tuple[int, ...] | None
+    dtype: str | None
+    sub_ops: list[SubOp]
+    file: str
+    line: int
+    extras: dict[str, str] = field(default_factory=dict)
+    raw_stamp: str = ""  # timestamp and duration text as logged: fused exchanges share them
+    raw_duration: str = ""
+
+    @property
+    def start_ns(self) -> int:
+        return self.end_ns - self.duration_ns
+
+    @property
+    def where(self) -> str:
+        return at(self.file, self.line)
+
+
+def sniff(head: bytes, path: Path | None = None) -> bool:
+    """True when the first non-empty line looks like `rank:<r>:<op>(`."""
+    for raw in head.splitlines():
+        if raw.strip():
+            return _LINE_START.match(raw) is not None
+    return False
+
+
+def read_files(paths: list[Path], diagnostics: Diagnostics, strict: bool = False) -> list[OpRecord]:
+    """Every record of every file, in the order given (files, then lines)."""
+    records: list[OpRecord] = []
+    for path in paths:
+        records.extend(read_file(path, diagnostics, strict))
+    return records
+
+
+def read_file(path: Path, diagnostics: Diagnostics, strict: bool = False) -> list[OpRecord]:
+    name = str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(name, f"cannot read: {e.strerror}") from None
+    lines = data.split(b"\n")
+    ends_with_newline = bool(lines) and lines[-1] == b""
+    if ends_with_newline:
+        lines.pop()
+    last = _last_nonblank(lines)
+    records = []
+    for index, raw in enumerate(lines):
+        number = index + 1
+        if not raw.strip():
+            continue
+        text = _decode(raw, name, number)
+        if number != last:
+            records.append(parse_line(text, name, number))
+            continue
+        try:
+            records.append(parse_line(text, name, number))
+        except InputError:
+            # A crash while the tracer wrote its last line leaves it unfinished.
+            if not (_is_cut_off(text) or (not ends_with_newline and text.lstrip().startswith("rank:"))):
+                raise
+            if strict:
+                raise InputError(at(name, number), "last line is cut off (no closing ')'); the run may have crashed while writing it") from None
+            diagnostics.warn(
+                f"megatron-cut-off:{name}",
+                f"{at(name, number)}: last line is cut off; converted the {len(records)} complete lines before it",
+            )
+    return records
+
+
+def _last_nonblank(lines: list[bytes]) -> int:
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].strip():
+            return index + 1
+    return 0
+
+
+def _is_cut_off(text: str) -> bool:
+    """A line the tracer started but did not finish: it begins like an op and never closes."""
+    stripped = text.rstrip()
+    return stripped.startswith("rank:") and not stripped.endswith(")")
+
+
+def _decode(raw: bytes, name: str, number: int) -> str:
+    try:
+        return raw.decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError as e:
+        raise InputError(at(name, number), f"not UTF-8 text (byte {e.start} of the line)") from None
+
+
+def parse_line(text: str, file: str, line: int) -> OpRecord:
+    """One `rank:<r>:<op>(key=value,...)` line -> OpRecord, or InputError at file:line."""
+    where = at(file, line)
+    match = _LINE.match(text.strip())
+    if match is None:
+        raise InputError(where, f"expected rank:<r>:<op>(key=value,...), found {_excerpt(text)}")
+    rank_text, op, body = match.groups()
+    fields = split_fields(body, OP_KEYS, free_text=("description",))
+    extras = {k: v for k, v in fields.items() if k not in OP_KEYS}
+    for key in REQUIRED_OP_KEYS:
+        if key not in fields:
+            raise InputError(where, f"{op}: missing {key}= (expected keys {', '.join(OP_KEYS)})")
+    sub_ops = parse_sub_operations(fields.get("sub_operations", "[]"), where)
+    return OpRecord(
+        rank=int(rank_text),
+        op=op,
+        stage=parse_int(fields["stage_id"], "stage_id", where),
+        batch=parse_int(fields["batch_id"], "batch_id", where),
+        mg_state=_none(fields.get("mg_state")),
+        duration_ns=parse_ms(fields["duration"], "duration", where),
+        end_ns=parse_ms(fields["timestamp"], "timestamp", where),
+        description=_none(fields.get("description")),
+        group_kind=_none(fields.get("group_kind")),
+        shape=parse_shape(fields.get("input__shape"), "input__shape", where),
+        dtype=_none(fields.get("input__dtype")),
+        sub_ops=sub_ops,
+        file=file,
+        line=line,
+        extras=extras,
+        raw_stamp=fields["timestamp"].strip(),
+        raw_duration=fields["duration"].strip(),
+    )
+
+
+def parse_sub_operations(text: str, where: str) -> list[SubOp]:
+    """The `sub_operations=[...]` value: a list literal of 'key=value,...' strings."""
+    try:
+        items = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise InputError(where, f"cannot parse sub_operations: {_SUBOPS_SHAPE}") from None
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise InputError(where, f"cannot parse sub_operations: {_SUBOPS_SHAPE}")
+    return [_parse_sub_op(item, index, where) for index, item in enumerate(items)]
+
+
+def _parse_sub_op(text: str, index: int, where: str) -> SubOp:
+    label = f"sub_operations[{index}]"
+    fields = split_fields(text, SUB_KEYS)
+    for key in REQUIRED_SUB_KEYS:
+        if key not in fields:
+            raise InputError(where, f"{label}: missing {key}= (found {_excerpt(text)})")
+    return SubOp(
+        duration_ns=parse_ms(fields["duration"], f"{label} duration", where),
+        stamp_ns=parse_ms(fields["timestamp"], f"{label} timestamp", where),
+        shape=parse_shape(fields.get("input__shape"), f"{label} input__shape", where),
+        dtype=_none(fields.get("input__dtype")),
+        group=_none(fields.get("group")),
+        comm_func=_none(fields.get("comm_func")),
+        func_name=_none(fields.get("func_name")),
+        trace_src_func=_none(fields.get("trace_src_func")),
+        extras={k: v for k, v in fields.items() if k not in SUB_KEYS},
+    )
+
+
+def split_fields(body: str, known: tuple[str, ...], free_text: tuple[str, ...] = ()) -> dict[str, str]:
+    """Split `k1=v1,k2=v2,...` at top-level commas that begin a new `key=`.
+
+    A comma inside brackets (or inside quotes within brackets) never splits. A piece that does
+    not start with `key=` belongs to the previous value (a description with commas). Inside a
+    free-text field only a known key starts a new field, so "a, b=c" in a description stays.
+    """
+    fields: dict[str, str] = {}
+    current: str | None = None
+    for piece in _top_level_pieces(body):
+        match = _KEY.match(piece)
+        starts_field = match is not None and (
+            match.group(1) in known or current is None or current not in free_text
+        )
+        if starts_field and match.group(1) not in fields:
+            current = match.group(1)
+            fields[current] = piece[match.end():]
+        elif current is None:
+            fields.setdefault("", piece)
+        else:
+            fields[current] += "," + piece
+    return fields
+
+
+def _top_level_pieces(body: str) -> list[str]:
+    pieces, depth, quote, start, escaped = [], 0, "", 0, False
+    for i, ch in enumerate(body):
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"" and depth > 0:
+            quote = ch
+        elif ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            pieces.append(body[start:i])
+            start = i + 1
+    pieces.append(body[start:])
+    return pieces
+
+
+def parse_ms(text: str, key: str, where: str) -> int:
+    """Milliseconds as logged -> integer ns, exactly (decimal, no float rounding)."""
+    value = text.strip()
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        raise InputError(where, f"{key}: expected milliseconds as a number, found {_excerpt(value)}") from None
+    if not number.is_finite():
+        raise InputError(where, f"{key}: expected a finite number of milliseconds, found {value}")
+    if key.endswith("duration") and number < 0:
+        raise InputError(where, f"{key}: expected a duration of at least 0 ms, found {value}")
+    return int((number * 1_000_000).to_integral_value())
+
+
+def parse_int(text: str, key: str, where: str) -> int:
+    value = text.strip()
+    if not re.fullmatch(r"-?\d+", value):
+        raise InputError(where, f"{key}: expected an integer, found {_excerpt(value)}")
+    return int(value)
+
+
+def parse_shape(text: str | None, key: str, where: str) -> tuple[int, ...] | None:
+    if text is None or text.strip() in ("None", ""):
+        return None
+    value = text.strip()
+    if not re.fullmatch(r"\[\s*(\d+\s*(,\s*\d+\s*)*,?)?\]", value):
+        raise InputError(where, f"{key}: expected a list of integers like [2048, 5120], found {_excerpt(value)}")
+    return tuple(int(x) for x in re.findall(r"\d+", value))
+
+
+def _none(text: str | None) -> str | None:
+    if text is None:
+        return None
+    value = text.strip()
+    return None if value in ("None", "") else value
+
+
+def _excerpt(text: str, limit: int = 60) -> str:
+    text = text.strip()
+    return repr(text if len(text) <= limit else text[:limit] + "...")

@@ -1,0 +1,278 @@
+"""ASTRA-sim 1.0 text workloads and their SimAI/AICB dialect: parse into plain records.
+
+Line 1 is the policy keyword and its header fields, line 2 the row count, then one row per
+line with 12 whitespace-separated columns (13 for HYBRID_CUSTOMIZED, whose second column is
+the row's own policy). See FORMATS.md §5. This module only parses and checks; what the
+rows mean for each rank is decided in `converters.builders.workload`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..diagnostics import Diagnostics, InputError, at
+
+POLICIES = (
+    "MICRO", "DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_TRANSFORMER",
+    "HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_DLRM", "HYBRID_DLRM_ENHANCED", "HYBRID_CUSTOMIZED",
+    "DISTRIBUTED_INFERENCE",
+)
+# Policies a HYBRID_CUSTOMIZED row may name for itself.
+ROW_POLICIES = ("DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_TRANSFORMER")
+COLLECTIVES = ("ALLREDUCE", "ALLGATHER", "REDUCESCATTER", "ALLTOALL")
+SCOPES = ("EP", "DP_EP")  # SimAI suffixes naming the group: X_EP, X_DP_EP
+COLUMNS = (
+    "name", "reserved", "fwd_compute", "fwd_comm_type", "fwd_comm_size", "ig_compute",
+    "ig_comm_type", "ig_comm_size", "wg_compute", "wg_comm_type", "wg_comm_size", "update_delay",
+)
+# Header keys that only SimAI/AICB files carry (ASTRA-sim 1.0 files never do).
+SIMAI_KEYS = ("all_gpus", "pp", "ga", "ep", "vpp", "pp_comm")
+INT_KEYS = ("model_parallel_NPU_group", "all_gpus", "pp", "ga", "ep", "vpp", "DLRM_LAST_BOTTOM_LAYER")
+LIST_KEYS = ("checkpoints", "checkpoint_initiates")  # count, then that many row indices
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """One collective of a row: `kind` is ALLREDUCE/ALLGATHER/REDUCESCATTER/ALLTOALL,
+    `scope` is "" (the column's default group), "EP" or "DP_EP" (SimAI suffixes)."""
+
+    kind: str
+    scope: str
+    size: int  # bytes as written (ALLGATHER: SimAI writes the total gathered bytes)
+    column: str  # fwd, ig or wg
+
+
+@dataclass(slots=True)
+class Row:
+    name: str
+    line: int
+    fwd_compute: int
+    fwd_comm: Comm | None  # None = NONE
+    ig_compute: int
+    ig_comm: Comm | None
+    wg_compute: int
+    wg_comm: Comm | None
+    update_delay: int
+    policy: str | None = None  # HYBRID_CUSTOMIZED: the row's own policy
+    # Comms written with size 0 (a real comm type but nothing to send), per column.
+    zero_size: tuple[str, ...] = ()
+    zero_kinds: tuple[str, ...] = ()
+
+
+@dataclass
+class Workload:
+    path: str  # as given, for messages
+    dialect: str  # "simai" or "astra"
+    policy: str
+    header: dict[str, int | float | list[int]] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+
+    def where(self, line: int | None = None) -> str:
+        return at(self.path, line)
+
+
+# ---------------------------------------------------------------- sniffing
+
+
+def _first_lines(head: bytes) -> list[str] | None:
+    try:
+        text = head.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 4:  # a cut at the end of the sniffed head is fine
+            return None
+        text = head[: e.start].decode("utf-8-sig")
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[:2] if len(lines) >= 2 else None
+
+
+def _header_keys(line: str) -> set[str]:
+    return {tok.rstrip(":") for tok in line.split()[1:]}
+
+
+def _looks_like_workload(head: bytes) -> tuple[bool, set[str]]:
+    lines = _first_lines(head)
+    if not lines:
+        return False, set()
+    tokens = lines[0].split()
+    count = lines[1].split()
+    ok = bool(tokens) and tokens[0] in POLICIES and len(count) == 1 and count[0].isascii() and count[0].isdigit()
+    return ok, _header_keys(lines[0]) if ok else set()
+
+
+def sniff_simai(head: bytes, path: Path) -> bool:
+    ok, keys = _looks_like_workload(head)
+    return ok and bool(keys & set(SIMAI_KEYS))
+
+
+def sniff_astra(head: bytes, path: Path) -> bool:
+    ok, keys = _looks_like_workload(head)
+    return ok and not keys & set(SIMAI_KEYS)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def read_text(path: Path) -> list[str]:
+    """The file's lines; undecodable bytes are an error at their line."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(str(path), f"cannot read: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark is not part of the text
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise InputError(at(str(path), line), f"byte {e.start} is not UTF-8 text (0x{data[e.start]:02x})") from None
+    return text.splitlines()
+
+
+def parse(path: Path, dialect: str, diagnostics: Diagnostics) -> Workload:
+    """Parse a workload file (`dialect` "simai" or "astra") into a `Workload`."""
+    lines = read_text(path)
+    name = str(path)
+    numbered = [(i + 1, line.split()) for i, line in enumerate(lines) if line.strip()]
+    if not numbered:
+        raise InputError(name, "file is empty")
+    header_line, header_tokens = numbered[0]
+    workload = Workload(name, dialect, "")
+    workload.policy, workload.header = parse_header(workload, header_line, header_tokens, diagnostics)
+    if len(numbered) < 2:
+        raise InputError(at(name, header_line), "expected the row count on the next line, found the end of the file")
+    count_line, count_tokens = numbered[1]
+    if len(count_tokens) != 1 or not (count_tokens[0].isascii() and count_tokens[0].isdigit()):
+        raise InputError(at(name, count_line), f"expected the row count (one whole number), found {' '.join(count_tokens)!r}")
+    count = int(count_tokens[0])
+    body = numbered[2:]
+    if len(body) != count:
+        last = body[-1][0] if body else count_line
+        raise InputError(at(name, last if len(body) < count else body[count][0]),
+                         f"line {count_line} announces {count} rows, found {len(body)}")
+    if count == 0:
+        raise InputError(at(name, count_line), "the workload has no rows")
+    customized = workload.policy == "HYBRID_CUSTOMIZED"
+    workload.rows = [parse_row(workload, line, tokens, customized) for line, tokens in body]
+    return workload
+
+
+def parse_header(workload: Workload, line: int, tokens: list[str], diagnostics: Diagnostics):
+    where = workload.where(line)
+    policy = tokens[0]
+    if policy not in POLICIES:
+        raise InputError(where, f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    header: dict[str, int | float | list[int]] = {}
+    i = 1
+    if policy in ("HYBRID_DLRM", "HYBRID_DLRM_ENHANCED") and len(tokens) > 1 and _is_int(tokens[1]):
+        header["DLRM_LAST_BOTTOM_LAYER"] = int(tokens[1])  # the bare-number form
+        i = 2
+    while i < len(tokens):
+        key = tokens[i].rstrip(":")
+        if key in INT_KEYS:
+            header[key] = _header_int(where, key, tokens, i + 1)
+            i += 2
+        elif key == "pp_comm":
+            header[key] = _header_number(where, key, tokens, i + 1)
+            i += 2
+        elif key in LIST_KEYS:
+            n = _header_int(where, key, tokens, i + 1)
+            values = [_header_int(where, key, tokens, i + 2 + k) for k in range(n)]
+            header[key] = values
+            i += 2 + n
+        elif tokens[i].endswith(":"):
+            # The simulators skip keys they do not know; say so rather than guess a meaning.
+            diagnostics.warn(f"header-key:{key}", f"{where}: ignored unknown header key {tokens[i]!r}")
+            i += 2
+        else:
+            raise InputError(where, f"expected a header key such as 'model_parallel_NPU_group:', found {tokens[i]!r}")
+    return policy, header
+
+
+def _header_int(where: str, key: str, tokens: list[str], i: int) -> int:
+    if i >= len(tokens):
+        raise InputError(where, f"{key}: expected a number after it, found the end of the line")
+    value = tokens[i]
+    if not _is_int(value) or int(value) < 0:
+        raise InputError(where, f"{key}: expected a whole number >= 0, found {value!r}")
+    return int(value)
+
+
+def _header_number(where: str, key: str, tokens: list[str], i: int) -> int:
+    """A byte count SimAI may write as a float (`8388608.0`)."""
+    if i >= len(tokens):
+        raise InputError(where, f"{key}: expected a number after it, found the end of the line")
+    try:
+        value = float(tokens[i])
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise InputError(where, f"{key}: expected a whole number of bytes, found {tokens[i]!r}")
+    return int(value)
+
+
+def _is_int(token: str) -> bool:
+    return token.isascii() and token.lstrip("-").isdigit()
+
+
+def parse_row(workload: Workload, line: int, tokens: list[str], customized: bool) -> Row:
+    where = workload.where(line)
+    expected = 13 if customized else 12
+    if len(tokens) != expected:
+        names = "name, policy, reserved, fwd_compute, ..." if customized else "name, reserved, fwd_compute, fwd_comm_type, ..."
+        raise InputError(where, f"expected {expected} columns ({names}), found {len(tokens)}")
+    policy = None
+    if customized:
+        policy = tokens[1]
+        if policy not in ROW_POLICIES:
+            raise InputError(where, f"unknown row policy {policy!r}; expected one of {', '.join(ROW_POLICIES)}")
+        tokens = tokens[:1] + tokens[2:]
+    if not _is_int(tokens[1]):
+        raise InputError(where, f"reserved: expected a whole number (usually -1), found {tokens[1]!r}")
+    number = lambda col: _row_int(where, COLUMNS[col], tokens[col])  # noqa: E731
+    zero_size: list[str] = []
+    zero_kinds: list[str] = []
+
+    def comm(col: int, column: str) -> Comm | None:
+        kind, scope = _comm_type(workload, where, COLUMNS[col], tokens[col])
+        size = number(col + 1)
+        if kind is None:
+            return None
+        if size == 0:
+            zero_size.append(column)
+            zero_kinds.append(tokens[col])
+            return None
+        return Comm(kind, scope, size, column)
+
+    fwd, ig, wg = comm(3, "fwd"), comm(6, "ig"), comm(9, "wg")
+    return Row(
+        name=tokens[0], line=line, fwd_compute=number(2), fwd_comm=fwd, ig_compute=number(5), ig_comm=ig,
+        wg_compute=number(8), wg_comm=wg, update_delay=number(11), policy=policy,
+        zero_size=tuple(zero_size), zero_kinds=tuple(zero_kinds),
+    )
+
+
+def _row_int(where: str, column: str, token: str) -> int:
+    if not (token.isascii() and token.isdigit()):
+        raise InputError(where, f"{column}: expected a whole number >= 0, found {token!r}")
+    return int(token)
+
+
+def _comm_type(workload: Workload, where: str, column: str, token: str) -> tuple[str | None, str]:
+    if token == "NONE":
+        return None, ""
+    base, scope = token, ""
+    for suffix in SCOPES:  # DP_EP before EP would matter only if EP were checked first
+        if token.endswith("_" + suffix) and token[: -len(suffix) - 1] in COLLECTIVES:
+            base, scope = token[: -len(suffix) - 1], suffix
+            break
+    if scope and workload.dialect != "simai":
+        raise InputError(where, f"{column}: {token!r} is a SimAI comm type; ASTRA-sim 1.0 knows only "
+                                f"{', '.join(COLLECTIVES)} and NONE (give --from simai if this is a SimAI file)")
+    if base == "ALLREDUCEALLTOALL":
+        raise InputError(where, f"{column}: ALLREDUCEALLTOALL is parsed by ASTRA-sim 1.0 but it cannot run it; "
+                                "use ALLREDUCE or ALLTOALL")
+    if base not in COLLECTIVES:
+        extra = " (optionally with _EP or _DP_EP)" if workload.dialect == "simai" else ""
+        raise InputError(where, f"{column}: unknown comm type {token!r}; expected "
+                                f"{', '.join(COLLECTIVES)}{extra} or NONE")
+    return base, scope

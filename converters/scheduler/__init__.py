@@ -1,0 +1,78 @@
+"""The timeline scheduler: start and end times for traces that carry none.
+
+    from converters.scheduler import schedule, Deadlock
+    timeline = schedule(trace, options)      # Timeline(kind="scheduled"), summary filled in
+
+The rules are ASTRA-sim's (see engine.py); durations of communication come from the network
+cost model (see network.py, `--network FILE.toml`). When the ranks cannot all finish,
+`schedule` raises `Deadlock` (an `InputError`), whose `blocked` and `chain` say which ranks
+wait in which node for whom; the validator uses it as its deadlock dry run.
+"""
+
+from __future__ import annotations
+
+import gc
+
+from ..model import ExecutionTrace
+from ..options import Options
+from ..timeline import Timeline
+from .deadlock import Deadlock, Wait
+from .engine import Engine
+from .network import Network, load_network
+from .quotient import find_quotient
+from .summary import summarize
+
+__all__ = ["schedule", "Deadlock", "Wait", "Network", "load_network", "network_for"]
+
+
+def network_for(options: Options | None) -> Network:
+    options = options or Options()
+    return load_network(options.network, options.network_overrides)
+
+
+def schedule(trace: ExecutionTrace, options: Options | None = None, network: Network | None = None) -> Timeline:
+    """Schedule every node of every rank; raise Deadlock when that is impossible."""
+    network = network or network_for(options)
+    engine, starts, ends, cause = _run(trace, network)
+    summary = summarize(engine, starts, ends, cause)
+    by_rank_start: dict[int, list[int]] = {}
+    by_rank_end: dict[int, list[int]] = {}
+    for r in range(len(engine.ranks)):
+        # Ranks of one class get the same list objects: read them, never change them in place.
+        for rank in engine.class_members(r):
+            by_rank_start[rank] = starts[r]
+            by_rank_end[rank] = ends[r]
+    by_rank_start = dict(sorted(by_rank_start.items()))
+    by_rank_end = dict(sorted(by_rank_end.items()))
+    parameters = network.describe()
+    parameters["representatives"] = len(engine.ranks)
+    return Timeline(by_rank_start, by_rank_end, "scheduled", summary, parameters)
+
+
+def _run(trace: ExecutionTrace, network: Network):
+    """Run one representative per role when that is exact (quotient.py), else every rank.
+
+    A deadlock found by the representatives is re-run on every rank so that the report names
+    real ranks and nodes.
+    """
+    # The loop allocates millions of small objects that all stay alive until it ends; Python's
+    # cyclic garbage collector would rescan them again and again (slower than linear growth).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run_all(trace, network)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run_all(trace: ExecutionTrace, network: Network):
+    quotient = find_quotient(trace)
+    if quotient is not None:
+        engine = Engine(trace, network, quotient)
+        try:
+            return (engine, *engine.run())
+        except Deadlock:
+            pass
+    engine = Engine(trace, network)
+    return (engine, *engine.run())

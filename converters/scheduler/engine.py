@@ -1,0 +1,479 @@
+"""The event loop that gives every node of every rank a start and an end.
+
+Rules (ASTRA-sim's, so that our timelines agree with what it would compute):
+- Each rank has one compute stream and one communication slot. At most one collective or
+  send is in flight per rank; receives, metadata and memory nodes need no slot.
+- A node is ready when every node in its `deps` has finished. Among ready nodes that want the
+  same stream, the one first in program order (ascending node id) goes first.
+- The k-th collective a rank issues in a group meets the k-th of every other member: the
+  instance starts when the last member issues it and ends for all members together. Group
+  None means every rank of the trace.
+- Sends are eager: a send occupies its rank's slot for the transfer time and then completes,
+  whether or not the receive was posted. The k-th send on (src, dst, tag) meets the k-th
+  receive; the receive ends at max(its issue, the send's end). A fused exchange (a send and a
+  receive with no dependency between them) therefore never blocks either side.
+- Collective starts shown in the timeline are the instance starts (waiting for the other
+  members shows as idle time); a receive starts when its data starts to move.
+
+Ranks that share one node list also share the per-list tables (dependents, issue order) so
+that a 1024-rank job of 16 pipeline stages builds 16 tables, not 1024. When ranks of one role
+are bound to behave alike, the loop runs only one representative per role (quotient.py);
+`Engine(trace, network)` without a quotient runs every rank.
+
+For every node the loop also records its *cause*, the node whose end let it start (its last
+dependency, the previous node on its stream, the last member to issue a collective, or the
+send of a receive); following causes back from the last node gives the critical path.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from typing import Any
+
+from ..diagnostics import InputError
+from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
+from .deadlock import MAX_CHAIN, Deadlock, Wait, wait_chain
+from .network import Network
+from .quotient import WORLD, Quotient
+
+# What a node needs to run.
+T_COMPUTE, T_COLL, T_SEND, T_RECV, T_OTHER = 0, 1, 2, 3, 4
+_TYPE_OF = {
+    NodeKind.COMPUTE: T_COMPUTE,
+    NodeKind.COLLECTIVE: T_COLL,
+    NodeKind.SEND: T_SEND,
+    NodeKind.RECV: T_RECV,
+}
+# Which per-rank queue a ready node waits in: the compute stream, the communication slot, or
+# none (issued at once).
+Q_COMPUTE, Q_COMM, Q_FREE = 0, 1, 2
+_QUEUE_OF = {T_COMPUTE: Q_COMPUTE, T_COLL: Q_COMM, T_SEND: Q_COMM, T_RECV: Q_FREE, T_OTHER: Q_FREE}
+# Node states.
+S_WAITING, S_READY, S_ISSUED, S_DONE = 0, 1, 2, 3
+
+NO_CAUSE = -1
+
+
+class Program:
+    """What every rank running one node list has in common."""
+
+    __slots__ = ("nodes", "types", "queue", "durations", "ndeps", "dependents", "prio", "by_prio", "missing", "index_of")
+
+    def __init__(self, nodes: list[Node]):
+        self.nodes = nodes
+        index_of: dict[int, int] = {}
+        for i, node in enumerate(nodes):
+            index_of.setdefault(node.id, i)
+        self.index_of = index_of
+        self.types = [_TYPE_OF.get(n.kind, T_OTHER) for n in nodes]
+        self.queue = [_QUEUE_OF[t] for t in self.types]
+        self.durations = [max(0, n.duration_ns) for n in nodes]  # a negative time would run the clock back
+        dependents: list[list[int]] = [[] for _ in nodes]
+        ndeps = [0] * len(nodes)
+        missing: dict[int, list[int]] = {}  # node index -> dep ids that do not exist
+        for i, node in enumerate(nodes):
+            seen = set()
+            for dep in node.deps:
+                j = index_of.get(dep)
+                if j is None:
+                    missing.setdefault(i, []).append(dep)
+                    ndeps[i] += 1  # can never be satisfied
+                elif j not in seen:
+                    seen.add(j)
+                    dependents[j].append(i)
+                    ndeps[i] += 1
+        self.dependents = dependents
+        self.ndeps = ndeps
+        self.missing = missing
+        # Issue order: ascending node id (ties: position), as ASTRA-sim's feeder does.
+        if all(nodes[i].id < nodes[i + 1].id for i in range(len(nodes) - 1)):
+            self.by_prio = list(range(len(nodes)))
+            self.prio = self.by_prio
+        else:
+            self.by_prio = sorted(range(len(nodes)), key=lambda i: (nodes[i].id, i))
+            self.prio = [0] * len(nodes)
+            for p, i in enumerate(self.by_prio):
+                self.prio[i] = p
+
+
+class Engine:
+    """One scheduling run over all ranks of a trace."""
+
+    def __init__(self, trace: ExecutionTrace, network: Network, quotient: Quotient | None = None):
+        self.trace = trace
+        self.net = network
+        self.q = quotient
+        # With a quotient only the representatives run; position r is then class r.
+        self.ranks: list[Rank] = quotient.reps if quotient else trace.sorted_ranks()
+        self.rank_ids = [r.rank for r in self.ranks]
+        self.pos_of = {r: i for i, r in enumerate(self.rank_ids)}
+        programs: dict[int, Program] = {}
+        self.progs: list[Program] = []
+        for rank in self.ranks:
+            key = id(rank.nodes)
+            if key not in programs:
+                programs[key] = Program(rank.nodes)
+            self.progs.append(programs[key])
+        self.unique_programs = len(programs)
+        self.world = tuple(range(len(self.ranks)))
+        self._members: dict[int | None, tuple[int, ...]] = {None: self.world}
+        self._coll_cache: list[dict[Any, tuple]] = [{} for _ in self.ranks]
+
+    def class_members(self, r: int) -> list[int]:
+        """The real ranks whose timeline is position r's."""
+        return self.q.classes[r] if self.q else [self.rank_ids[r]]
+
+    # ------------------------------------------------------------------ helpers
+
+    def members(self, gid: int | None, rank: Rank, node: Node) -> tuple[int, ...]:
+        """Rank positions of the group's members."""
+        cached = self._members.get(gid)
+        if cached is not None:
+            return cached
+        group = self.trace.groups.get(gid)
+        if group is None:
+            raise InputError(node.source, f"rank {rank.rank} node {node.id} \"{node.name}\" uses group {gid}, which is not defined")
+        positions = []
+        for m in group.members:
+            p = self.pos_of.get(m)
+            if p is None:
+                raise InputError(node.source, f"group {group.label} names rank {m}, which is not in the trace")
+            positions.append(p)
+        cached = self._members[gid] = tuple(positions)
+        return cached
+
+    def coll_info(self, r: int, node: Node) -> tuple[Any, int, int, str]:
+        """(instance key, issuers needed, group size, group kind) of a collective on position r."""
+        cache = self._coll_cache[r]
+        info = cache.get(node.group)
+        if info is None:
+            rank = self.ranks[r]
+            gid = rank.group_of(node)
+            kind = self.kind_of(gid, node)
+            if self.q is not None:
+                key = self.q.group_class[WORLD if gid is None else gid]
+                info = (key, self.q.needed[key], self.q.size[key], kind)
+            else:
+                members = self.members(gid, rank, node)
+                if len(members) > 1 and r not in members:
+                    raise InputError(node.source, f"rank {rank.rank} node {node.id} \"{node.name}\" is a collective in "
+                                     f"group {self.trace.groups[gid].label}, which does not include rank {rank.rank}")
+                info = (gid, len(members), len(members), kind)
+            cache[node.group] = info
+        return info
+
+    def channel_key(self, r: int, node: Node, sending: bool) -> tuple:
+        """(src, dst, tag) of a send or receive on position r; ranks, or classes with a quotient."""
+        rank = self.ranks[r]
+        peer = rank.peer_of(node)
+        if self.q is not None:
+            me, peer = r, self.q.class_of[peer]
+        else:
+            me = rank.rank
+        return (me, peer, node.tag) if sending else (peer, me, node.tag)
+
+    def kind_of(self, gid: int | None, node: Node) -> str:
+        if gid is None:
+            return "pp" if node.kind in (NodeKind.SEND, NodeKind.RECV) else "all"
+        return self.trace.group_kind(gid) or "default"
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+        ranks, progs, net = self.ranks, self.progs, self.net
+        nranks = len(ranks)
+        stride = self.stride = max((len(p.nodes) for p in progs), default=0) + 1
+
+        state = [bytearray(len(p.nodes)) for p in progs]
+        remaining = [list(p.ndeps) for p in progs]
+        starts = [[0] * len(p.nodes) for p in progs]
+        ends = [[0] * len(p.nodes) for p in progs]
+        cause = [[NO_CAUSE] * len(p.nodes) for p in progs]
+        ready_at = [[0] * len(p.nodes) for p in progs]
+        # Per rank: heaps of ready priorities for the compute stream, the comm slot, and the rest.
+        queues: list[tuple[list[int], list[int], list[int]]] = [([], [], []) for _ in ranks]
+        busy = [[False, False] for _ in ranks]  # compute stream, comm slot
+        last = [[NO_CAUSE, NO_CAUSE] for _ in ranks]  # encoded node that last freed each
+        done = [0] * nranks
+        coll_count: list[dict[Any, int]] = [{} for _ in ranks]
+        instances: dict[tuple[Any, int], list] = {}  # (gid, k) -> [needed, entries, cost, cause]
+        channels: dict[tuple[Any, Any, Any], tuple[deque, deque]] = {}  # (src, dst, tag) -> (sends, recvs)
+        events: list[tuple[int, int, int, int]] = []  # (end, sequence, rank position, node index)
+        counter = itertools.count()
+        push = heapq.heappush
+        pop = heapq.heappop
+        coll_info = self.coll_info
+        channel_key = self.channel_key
+
+        def finish_at(end: int, r: int, i: int) -> None:
+            push(events, (end, next(counter), r, i))
+
+        def channel(key) -> tuple[deque, deque]:
+            chan = channels.get(key)
+            if chan is None:
+                chan = channels[key] = (deque(), deque())
+            return chan
+
+        def finish_recv(r: int, i: int, posted: int, sent: int, arrived: int, sr: int, si: int) -> None:
+            starts[r][i] = max(posted, sent)
+            end = ends[r][i] = max(posted, arrived)
+            if arrived >= posted:
+                cause[r][i] = sr * stride + si
+            finish_at(end, r, i)
+
+        def issue_collective(r: int, i: int, t: int, node: Node) -> None:
+            gkey, needed, size, kind = coll_info(r, node)
+            counts = coll_count[r]
+            k = counts.get(gkey, 0)
+            counts[gkey] = k + 1
+            key = (gkey, k)
+            inst = instances.get(key)
+            if inst is None:
+                inst = instances[key] = [needed, [], 0, NO_CAUSE]
+            inst[1].append((r, i))
+            cost = net.collective_ns(node.coll, node.size, size, kind)
+            if cost > inst[2]:
+                inst[2] = cost
+            inst[3] = cause[r][i]  # the last member to issue decides the start
+            if len(inst[1]) >= inst[0]:
+                del instances[key]
+                end = t + inst[2]
+                for r2, i2 in inst[1]:
+                    starts[r2][i2] = t
+                    ends[r2][i2] = end
+                    cause[r2][i2] = inst[3]
+                    finish_at(end, r2, i2)
+
+        def issue_send(r: int, i: int, t: int, node: Node) -> None:
+            rank = ranks[r]
+            starts[r][i] = t
+            end = ends[r][i] = t + net.p2p_ns(node.size, self.kind_of(rank.group_of(node), node))
+            finish_at(end, r, i)
+            sends, recvs = channel(channel_key(r, node, True))
+            if recvs:
+                r2, i2, posted = recvs.popleft()
+                finish_recv(r2, i2, posted, t, end, r, i)
+            else:
+                sends.append((t, end, r, i))
+
+        def post_recv(r: int, i: int, t: int, node: Node) -> None:
+            sends, recvs = channel(channel_key(r, node, False))
+            if sends:
+                sent, arrived, r2, i2 = sends.popleft()
+                finish_recv(r, i, t, sent, arrived, r2, i2)
+            else:
+                recvs.append((r, i, t))
+
+        def issue(r: int, t: int) -> None:
+            """Start what rank position r can start at time t."""
+            prog = progs[r]
+            by_prio, nodes, types, durations = prog.by_prio, prog.nodes, prog.types, prog.durations
+            st, en, ca, sr, ra = starts[r], ends[r], cause[r], state[r], ready_at[r]
+            comp_q, comm_q, free_q = queues[r]
+            busy_r = busy[r]
+            while free_q:
+                i = by_prio[pop(free_q)]
+                sr[i] = S_ISSUED
+                st[i] = t
+                if types[i] == T_RECV:
+                    post_recv(r, i, t, nodes[i])
+                else:
+                    end = en[i] = t + durations[i]
+                    push(events, (end, next(counter), r, i))
+            # A node's cause: its last dependency if it became ready just now, else the node
+            # that freed its stream.
+            if comp_q and not busy_r[Q_COMPUTE]:
+                i = by_prio[pop(comp_q)]
+                busy_r[Q_COMPUTE] = True
+                sr[i] = S_ISSUED
+                st[i] = t
+                if ra[i] != t and last[r][Q_COMPUTE] != NO_CAUSE:
+                    ca[i] = last[r][Q_COMPUTE]
+                end = en[i] = t + durations[i]
+                push(events, (end, next(counter), r, i))
+            if comm_q and not busy_r[Q_COMM]:
+                i = by_prio[pop(comm_q)]
+                busy_r[Q_COMM] = True
+                sr[i] = S_ISSUED
+                if ra[i] != t and last[r][Q_COMM] != NO_CAUSE:
+                    ca[i] = last[r][Q_COMM]
+                if types[i] == T_COLL:
+                    issue_collective(r, i, t, nodes[i])
+                else:
+                    issue_send(r, i, t, nodes[i])
+
+        for r, prog in enumerate(progs):
+            rem, queue, prio = remaining[r], prog.queue, prog.prio
+            for i in range(len(prog.nodes)):
+                if rem[i] == 0:
+                    state[r][i] = S_READY
+                    push(queues[r][queue[i]], prio[i])
+        for r in range(nranks):
+            issue(r, 0)
+
+        dirty_flag = [False] * nranks
+        while events:
+            t = events[0][0]
+            dirty: list[int] = []
+            while events and events[0][0] == t:
+                _, _, r, i = pop(events)
+                prog = progs[r]
+                state[r][i] = S_DONE
+                done[r] += 1
+                queue = prog.queue
+                enc = r * stride + i
+                q = queue[i]
+                if q != Q_FREE:
+                    busy[r][q] = False
+                    last[r][q] = enc
+                rem = remaining[r]
+                for d in prog.dependents[i]:
+                    rem[d] -= 1
+                    if rem[d] == 0:
+                        state[r][d] = S_READY
+                        ready_at[r][d] = t
+                        cause[r][d] = enc
+                        push(queues[r][queue[d]], prog.prio[d])
+                if not dirty_flag[r]:
+                    dirty_flag[r] = True
+                    dirty.append(r)
+            dirty.sort()
+            for r in dirty:
+                dirty_flag[r] = False
+                issue(r, t)
+
+        self.state = state
+        self.done = done
+        self._pending_instances = instances
+        self._channels = channels
+        if any(done[r] < len(progs[r].nodes) for r in range(nranks)):
+            raise self.deadlock(state)
+        return starts, ends, cause
+
+    # ------------------------------------------------------------------ deadlock report
+
+    def deadlock(self, state) -> Deadlock:
+        blocked: dict[int, Wait] = {}
+        waiting_in: dict[tuple[int, int], tuple[Any, int]] = {}  # (r, i) -> (gid, k)
+        for (gid, k), inst in self._pending_instances.items():
+            for r, i in inst[1]:
+                waiting_in[(r, i)] = (gid, k)
+        waiting_recv = {}
+        for key, (_, recvs) in self._channels.items():
+            for r, i, _posted in recvs:
+                waiting_recv[(r, i)] = key
+        for r, prog in enumerate(self.progs):
+            if self.done[r] == len(prog.nodes):
+                continue
+            blocked[self.rank_ids[r]] = self._wait_of(r, prog, state[r], waiting_in, waiting_recv)
+        ordered = [blocked[r] for r in sorted(blocked)]
+        chain, cycle, finished = wait_chain(blocked)
+        truncated = len(chain) > MAX_CHAIN
+        chain = chain[:MAX_CHAIN]
+        finished = [f for f in finished if f in self.pos_of]
+        return Deadlock(ordered, chain, cycle, finished, len(self.ranks), truncated)
+
+    def _wait_of(self, r, prog: Program, st, waiting_in, waiting_recv) -> Wait:
+        rank = self.ranks[r]
+        issued = [i for i in prog.by_prio if st[i] == S_ISSUED and ((r, i) in waiting_in or (r, i) in waiting_recv)]
+        if issued:
+            # A collective holds the slot, so it is what the rank waits in first.
+            i = next((i for i in issued if (r, i) in waiting_in), issued[0])
+            node = prog.nodes[i]
+            if (r, i) in waiting_in:
+                gid, k = waiting_in[(r, i)]
+                return self._collective_wait(r, i, node, gid, k)
+            src, _dst, tag = waiting_recv[(r, i)]
+            send = self._matching_send(src, rank.rank, tag)
+            return Wait(rank.rank, node.id, node.name, "recv", f"recv from rank {src} tag {tag}",
+                        ((src, send),), source=node.source)
+        # Nothing in flight: some node waits for a node that does not exist, or for itself.
+        for i in prog.by_prio:
+            if i in prog.missing and st[i] != S_DONE:
+                node = prog.nodes[i]
+                return Wait(rank.rank, node.id, node.name, "missing", "deps",
+                            tuple((rank.rank, d) for d in prog.missing[i]), source=node.source)
+        cycle = _find_cycle(prog, st)
+        node = prog.nodes[cycle[0]]
+        return Wait(rank.rank, node.id, node.name, "cycle", "deps",
+                    tuple((rank.rank, prog.nodes[j].id) for j in cycle), source=node.source)
+
+    def _collective_wait(self, r, i, node, gid, k) -> Wait:
+        rank = self.ranks[r]
+        members = self._members.get(gid, self.world)
+        issued = {r2 for r2, _ in self._pending_of(gid, k)}
+        missing = []
+        for m in members:
+            if m in issued:
+                continue
+            missing.append((self.rank_ids[m], self._kth_collective(m, gid, k)))
+        label = self.trace.groups[gid].label if gid is not None and gid in self.trace.groups else "all ranks"
+        coll = node.coll.name if isinstance(node.coll, CollType) else "collective"
+        return Wait(rank.rank, node.id, node.name, "collective", f"{label} seq {k} {coll}",
+                    tuple(missing), group=gid, seq=k, source=node.source)
+
+    def _pending_of(self, gid, k):
+        inst = self._pending_instances.get((gid, k))
+        return inst[1] if inst else []
+
+    def _kth_collective(self, m: int, gid, k: int) -> int | None:
+        cache = self.__dict__.setdefault("_kth_cache", {})
+        key = (m, gid, k)
+        if key not in cache:
+            cache[key] = self._find_kth_collective(m, gid, k)
+        return cache[key]
+
+    def _find_kth_collective(self, m: int, gid, k: int) -> int | None:
+        rank, prog = self.ranks[m], self.progs[m]
+        seen = 0
+        for i in prog.by_prio:
+            node = prog.nodes[i]
+            if prog.types[i] == T_COLL and rank.group_of(node) == gid:
+                if seen == k:
+                    return node.id
+                seen += 1
+        return None
+
+    def _matching_send(self, src: int, dst: int, tag) -> int | None:
+        p = self.pos_of.get(src)
+        if p is None:
+            return None
+        rank, prog = self.ranks[p], self.progs[p]
+        for i in prog.by_prio:
+            node = prog.nodes[i]
+            if prog.types[i] == T_SEND and self.state[p][i] != S_DONE and rank.peer_of(node) == dst and node.tag == tag:
+                return node.id
+        return None
+
+
+def _find_cycle(prog: Program, st) -> list[int]:
+    """Indices of a dependency cycle among the unfinished nodes (depth-first search)."""
+    nodes = prog.nodes
+    colour = {}
+    for start in prog.by_prio:
+        if st[start] == S_DONE or start in colour:
+            continue
+        stack = [(start, iter(nodes[start].deps))]
+        path = [start]
+        colour[start] = 1
+        while stack:
+            i, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                colour[i] = 2
+                stack.pop()
+                path.pop()
+                continue
+            j = prog.index_of.get(nxt)
+            if j is None or st[j] == S_DONE:
+                continue
+            if colour.get(j) == 1:
+                cycle = path[path.index(j):]
+                return cycle  # each node waits for the next one
+            if j not in colour:
+                colour[j] = 1
+                stack.append((j, iter(nodes[j].deps)))
+                path.append(j)
+    return [prog.by_prio[0]]

@@ -1,0 +1,154 @@
+"""Where an iteration's time goes: per-rank breakdown, traffic per group kind, critical path.
+
+Per rank: `compute_ns` is the time at least one compute or memory node runs; `exposed_comm_ns`
+the time communication runs while nothing computes; `idle_ns` the rest up to the rank's
+finish (waiting for peers: the pipeline bubble, collective skew). The three add up to
+`finish_ns`. A collective counts from its instance start (when the last member issued it); a
+receive from when its data starts to move.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import NodeKind
+from .engine import T_COLL, T_RECV, T_SEND, Engine
+
+TOP_CONTRIBUTORS = 10
+_BUSY_KINDS = (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
+
+
+def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], cause: list[list[int]]) -> dict[str, Any]:
+    ranks_out: dict[str, dict[str, int]] = {}
+    comm: dict[str, dict[str, int]] = {}
+    cache: dict[int, dict[str, int]] = {}  # ranks sharing timelines share their breakdown
+    for r in range(len(engine.ranks)):
+        key = id(starts[r])
+        if key not in cache:
+            cache[key] = _breakdown(engine.progs[r], starts[r], ends[r])
+        members = engine.class_members(r)
+        for rank in members:
+            ranks_out[str(rank)] = dict(cache[key])
+        _add_traffic(comm, engine, r, starts[r], ends[r], len(members))
+    ranks_out = dict(sorted(ranks_out.items(), key=lambda kv: int(kv[0])))
+    iteration = max((row["finish_ns"] for row in ranks_out.values()), default=0)
+    return {
+        "iteration_time_ns": iteration,
+        "ranks": ranks_out,
+        "comm": dict(sorted(comm.items())),
+        "critical_path": critical_path(engine, starts, ends, cause),
+    }
+
+
+def _breakdown(prog, st: list[int], en: list[int]) -> dict[str, int]:
+    busy, talk = [], []
+    for i, node in enumerate(prog.nodes):
+        if node.kind in _BUSY_KINDS:
+            if en[i] > st[i]:
+                busy.append((st[i], en[i]))
+        elif prog.types[i] in (T_COLL, T_SEND, T_RECV) and en[i] > st[i]:
+            talk.append((st[i], en[i]))
+    finish = max(en, default=0)
+    busy = _merge(busy)
+    talk = _merge(talk)
+    compute = sum(b - a for a, b in busy)
+    exposed = _measure_outside(talk, busy)
+    return {"finish_ns": finish, "compute_ns": compute, "exposed_comm_ns": exposed,
+            "idle_ns": max(0, finish - compute - exposed)}
+
+
+def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    intervals.sort()
+    out: list[tuple[int, int]] = []
+    for a, b in intervals:
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def _measure_outside(talk: list[tuple[int, int]], busy: list[tuple[int, int]]) -> int:
+    """Length of the union `talk` not covered by the union `busy` (both merged and sorted)."""
+    total = 0
+    j = 0
+    for a, b in talk:
+        covered = 0
+        while j < len(busy) and busy[j][1] <= a:
+            j += 1
+        k = j
+        while k < len(busy) and busy[k][0] < b:
+            covered += min(b, busy[k][1]) - max(a, busy[k][0])
+            k += 1
+        total += (b - a) - covered
+    return total
+
+
+def _add_traffic(comm: dict[str, dict[str, int]], engine: Engine, r: int, st: list[int], en: list[int], copies: int) -> None:
+    """Collectives and sends per group kind: node count, bytes and busy time (summed over ranks;
+    `copies` ranks share this timeline)."""
+    rank = engine.ranks[r]
+    prog = engine.progs[r]
+    for i, node in enumerate(prog.nodes):
+        typ = prog.types[i]
+        if typ != T_COLL and typ != T_SEND:
+            continue
+        kind = engine.kind_of(rank.group_of(node), node)
+        row = comm.get(kind)
+        if row is None:
+            row = comm[kind] = {"ops": 0, "bytes": 0, "busy_ns": 0}
+        row["ops"] += copies
+        row["bytes"] += node.size * copies
+        row["busy_ns"] += (en[i] - st[i]) * copies
+
+
+def critical_path(engine: Engine, starts, ends, cause) -> dict[str, Any]:
+    """Walk back from the last node to finish along each node's cause; credit each node with
+    the time from its cause's end to its own end (so the credits add up to the iteration)."""
+    last = None
+    for r in range(len(engine.ranks)):
+        en = ends[r]
+        if not en:
+            continue
+        i = max(range(len(en)), key=en.__getitem__)
+        if last is None or en[i] > ends[last[0]][last[1]]:
+            last = (r, i)
+    if last is None:
+        return {"length_ns": 0, "nodes": 0, "by_category": {}, "top": []}
+    stride = engine.stride
+    by_category: dict[str, int] = {}
+    top: dict[tuple[str, str], list[int]] = {}
+    r, i = last
+    length = ends[r][i]
+    steps = 0
+    limit = sum(len(p.nodes) for p in engine.progs) + 1
+    while steps < limit:
+        steps += 1
+        c = cause[r][i]
+        before = ends[c // stride][c % stride] if c >= 0 else 0
+        credit = max(0, ends[r][i] - before)
+        node = engine.progs[r].nodes[i]
+        category = _category(engine, r, node)
+        by_category[category] = by_category.get(category, 0) + credit
+        entry = top.setdefault((category, node.name), [0, 0])
+        entry[0] += credit
+        entry[1] += 1
+        if c < 0:
+            break
+        r, i = c // stride, c % stride
+    ranked = sorted(top.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_CONTRIBUTORS]
+    return {
+        "length_ns": length,
+        "nodes": steps,
+        "by_category": dict(sorted(by_category.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "top": [{"name": name, "category": cat, "ns": ns, "count": count} for (cat, name), (ns, count) in ranked if ns > 0],
+    }
+
+
+def _category(engine: Engine, r: int, node) -> str:
+    if node.kind in _BUSY_KINDS:
+        return "compute"
+    if node.is_comm:
+        return engine.kind_of(engine.ranks[r].group_of(node), node)
+    return "other"

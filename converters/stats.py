@@ -1,0 +1,142 @@
+"""`et-convert stats`: where an iteration's time goes, without writing a trace.
+
+Text: the iteration time, a per-rank table (ranks with the same numbers share one row),
+traffic per group kind and the critical path's top contributors. `--json`: one object with
+`iteration_time_ns`, `timing`, `ranks` {"<rank>": {finish_ns, compute_ns, exposed_comm_ns,
+idle_ns}}, `comm`, `critical_path` and, when scheduled, `network`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .diagnostics import Diagnostics
+from .options import Options
+
+_FIELDS = ("finish_ns", "compute_ns", "exposed_comm_ns", "idle_ns")
+
+
+def run(inputs: list[Path], from_: str, options: Options, diagnostics: Diagnostics, as_json: bool = False) -> int:
+    from .api import read
+    from .timeline import timeline_for
+
+    trace = read(inputs, from_, options, diagnostics)
+    timeline = timeline_for(trace, options)
+    stats = stats_of(trace, timeline)
+    if as_json:
+        sys.stdout.write(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(render(stats))
+    return 0
+
+
+def stats_of(trace, timeline) -> dict[str, Any]:
+    """The stats object; computed here for measured timelines, taken from the scheduler's summary otherwise."""
+    summary = timeline.summary
+    if not summary:
+        summary = measured_summary(trace, timeline)
+    out: dict[str, Any] = {
+        "iteration_time_ns": summary["iteration_time_ns"],
+        "timing": timeline.kind,
+        "world": len(trace.ranks),
+        "ranks": summary["ranks"],
+        "comm": summary.get("comm", {}),
+        "critical_path": summary.get("critical_path", {}),
+    }
+    if timeline.kind == "scheduled":
+        out["network"] = timeline.parameters
+    return out
+
+
+def measured_summary(trace, timeline) -> dict[str, Any]:
+    """Per-rank breakdown of measured times (logs): same definitions as the scheduler's."""
+    from .scheduler.summary import _merge, _measure_outside
+    from .model import NodeKind
+
+    ranks: dict[str, dict[str, int]] = {}
+    comm: dict[str, dict[str, int]] = {}
+    for rank in trace.sorted_ranks():
+        st, en = timeline.starts[rank.rank], timeline.ends[rank.rank]
+        busy, talk = [], []
+        for i, node in enumerate(rank.nodes):
+            if en[i] <= st[i] or node.parent is not None:
+                continue  # sub-operations run inside their parent step
+            if node.kind in (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE):
+                busy.append((st[i], en[i]))
+            elif node.is_comm:
+                talk.append((st[i], en[i]))
+                if node.kind != NodeKind.RECV:
+                    kind = trace.group_kind(rank.group_of(node)) if node.kind == NodeKind.COLLECTIVE else "pp"
+                    row = comm.setdefault(kind or "default", {"ops": 0, "bytes": 0, "busy_ns": 0})
+                    row["ops"] += 1
+                    row["bytes"] += node.size
+                    row["busy_ns"] += en[i] - st[i]
+        finish = max(en, default=0)
+        busy, talk = _merge(busy), _merge(talk)
+        compute = sum(b - a for a, b in busy)
+        exposed = _measure_outside(talk, busy)
+        ranks[str(rank.rank)] = {"finish_ns": finish, "compute_ns": compute, "exposed_comm_ns": exposed,
+                                 "idle_ns": max(0, finish - compute - exposed)}
+    iteration = max((r["finish_ns"] for r in ranks.values()), default=0)
+    return {"iteration_time_ns": iteration, "ranks": ranks, "comm": dict(sorted(comm.items())), "critical_path": {}}
+
+
+def render(stats: dict[str, Any]) -> str:
+    lines = [
+        f"iteration time  {_ms(stats['iteration_time_ns'])}  ({stats['timing']}, {stats['world']} ranks)",
+        "",
+        f"{'ranks':<24}{'finish':>14}{'compute':>14}{'exposed comm':>14}{'idle':>14}",
+    ]
+    for label, row in _grouped_rows(stats["ranks"]):
+        lines.append(f"{label:<24}" + "".join(f"{_ms(row[f]):>14}" for f in _FIELDS))
+    if stats["comm"]:
+        lines += ["", f"{'traffic by group':<24}{'ops':>14}{'bytes':>14}{'busy (all ranks)':>18}"]
+        for kind, row in stats["comm"].items():
+            lines.append(f"{kind:<24}{row['ops']:>14}{_bytes(row['bytes']):>14}{_ms(row['busy_ns']):>18}")
+    path = stats.get("critical_path") or {}
+    if path.get("top"):
+        by_cat = ", ".join(f"{k} {_ms(v)}" for k, v in path.get("by_category", {}).items())
+        lines += ["", f"critical path  {_ms(path['length_ns'])} over {path['nodes']} nodes: {by_cat}"]
+        for item in path["top"]:
+            lines.append(f"  {_ms(item['ns']):>12}  {item['category']:<8} {item['name']}" + (f"  x{item['count']}" if item["count"] > 1 else ""))
+    network = stats.get("network")
+    if network:
+        d = network["default"]
+        lines += ["", f"network ({network['source']}): default {d['bandwidth_gbps']:g} GB/s, {d['latency_ns']:g} ns/step, "
+                  f"{d['chunks']} chunk(s), {d['algorithm']}"]
+    return "\n".join(lines) + "\n"
+
+
+def _grouped_rows(ranks: dict[str, dict[str, int]]) -> list[tuple[str, dict[str, int]]]:
+    """Consecutive ranks with identical numbers collapse into one row ("0-7")."""
+    rows: list[tuple[list[int], dict[str, int]]] = []
+    for key in sorted(ranks, key=int):
+        row = ranks[key]
+        if rows and rows[-1][1] == row and rows[-1][0][-1] == int(key) - 1:
+            rows[-1][0].append(int(key))
+        else:
+            rows.append(([int(key)], row))
+    out = []
+    for members, row in rows:
+        label = str(members[0]) if len(members) == 1 else f"{members[0]}-{members[-1]}"
+        out.append((label, row))
+    return out
+
+
+def _ms(ns: int) -> str:
+    if ns >= 1_000_000:
+        return f"{ns / 1e6:.3f} ms"
+    if ns >= 1_000:
+        return f"{ns / 1e3:.3f} µs"
+    return f"{ns} ns"
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"

@@ -1,0 +1,129 @@
+"""`et-convert validate`: read the input, run the checks, print the report, return the exit code.
+
+Exit codes: 0 no errors, 1 errors found, 2 unusable input (raised as InputError for the CLI).
+A Chrome trace (`.json` / `.json.gz` with `traceEvents`, or a bare event array) is checked
+against Perfetto's import rules; anything else is read into the model and checked there.
+"""
+
+from __future__ import annotations
+
+import gzip
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import orjson
+
+from ..diagnostics import Diagnostics, InputError, UsageError
+from ..model import ExecutionTrace, Group
+from ..options import Options
+from .findings import Finding, Report
+
+# chrome_rules rule name -> finding code
+CHROME_CODES = {
+    "json": "E080", "pid": "E081", "tid": "E082", "names": "E083", "dur": "E084",
+    "nesting": "E085", "flow": "E086", "args": "E087",
+}
+
+
+def run(inputs, from_: str, options: Options, diagnostics: Diagnostics, fmt: str = "text",
+        max_per_check: int = 20, groups: Path | None = None, out=None) -> int:
+    if fmt not in ("text", "json"):
+        raise UsageError(f"--format must be text or json, not {fmt!r}")
+    out = out or sys.stdout
+    max_per_check = max(0, max_per_check)
+    from ..formats import expand_inputs
+
+    started = time.perf_counter()
+    paths = expand_inputs(list(inputs))
+    if from_ in ("chrome",) or (from_ in (None, "auto") and all(_looks_like_chrome(p) for p in paths)):
+        report = chrome_report(paths)
+    else:
+        from ..api import read
+        from . import validate_trace
+
+        trace = read(paths, from_, options, diagnostics)
+        if groups is not None:
+            apply_group_file(trace, groups)
+        report = validate_trace(trace, options)
+    report.seconds = time.perf_counter() - started  # what the user waited for, reading included
+    if fmt == "json":
+        out.write(report.json(max_per_check).decode())
+    else:
+        out.write(report.text(max_per_check))
+    return 1 if report.errors else 0
+
+
+def _looks_like_chrome(path: Path) -> bool:
+    name = path.name.lower()
+    if not (name.endswith(".json") or name.endswith(".json.gz")):
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError as e:
+        raise InputError(str(path), f"cannot read: {e.strerror}") from None
+    if head.startswith(b"\x1f\x8b"):
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 1 << 16)
+        except zlib.error:
+            return False
+    head = head.lstrip()
+    return head.startswith(b"[") or b'"traceEvents"' in head[:4096]
+
+
+def chrome_report(paths: list[Path]) -> Report:
+    from .chrome_rules import check_chrome_trace
+
+    started = time.perf_counter()
+    findings: list[Finding] = []
+    pids: set = set()
+    for path in paths:
+        obj = _load_json(path)
+        events = obj.get("traceEvents", []) if isinstance(obj, dict) else obj
+        if isinstance(events, list):
+            pids.update(e.get("pid") for e in events if isinstance(e, dict) and e.get("ph") == "X")
+        for line in check_chrome_trace(obj, None):
+            rule, _, what = line.partition(": ")
+            code = CHROME_CODES.get(rule, "E089")
+            findings.append(Finding(code, "chrome", what or line, source=path.name))
+    return Report(findings, ["chrome"], len(pids - {None}), time.perf_counter() - started)
+
+
+def _load_json(path: Path):
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(str(path), f"cannot read: {e.strerror}") from None
+    if data.startswith(b"\x1f\x8b"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise InputError(str(path), f"broken gzip data: {e}") from None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise InputError(str(path), f"not strict JSON (Perfetto rejects NaN, Infinity and trailing commas): {e}") from None
+
+
+def apply_group_file(trace: ExecutionTrace, path: Path) -> None:
+    """Replace the trace's groups with those of `--groups FILE` (keeping known kinds by id)."""
+    try:
+        table = orjson.loads(Path(path).read_bytes())
+    except OSError as e:
+        raise InputError(str(path), f"cannot read: {e.strerror}") from None
+    except orjson.JSONDecodeError as e:
+        raise InputError(str(path), f"not valid JSON ({e})") from None
+    if not isinstance(table, dict):
+        raise InputError(str(path), 'expected an object {"<group id>": [rank, ...], ...}')
+    groups: dict[int, Group] = {}
+    for key, members in table.items():
+        if not (key.isascii() and key.isdigit()) or int(key) <= 0:
+            raise InputError(str(path), f"group id {key!r} is not a positive integer")
+        if not isinstance(members, list) or not all(isinstance(m, int) and not isinstance(m, bool) for m in members):
+            raise InputError(str(path), f"group {key}: expected a list of ranks")
+        gid = int(key)
+        old = trace.groups.get(gid)
+        groups[gid] = Group(gid, old.kind if old else "", tuple(members), old.name if old else "")
+    trace.groups = groups

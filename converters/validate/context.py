@@ -1,0 +1,138 @@
+"""What every check needs, computed once: the distinct node lists and who shares them."""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+
+from ..model import ExecutionTrace, Node, NodeKind, Rank
+from ..options import Options
+from .findings import Finding, format_ranks, group_ref, node_ref
+
+# Inputs that record some ranks of a real run: having only some of them is normal.
+LOG_FORMATS = ("megatron-log", "optimus-log")
+# Inputs a simulator runs as they are (a Chakra set, or its JSON dump).
+SIMULATOR_FORMATS = ("chakra", "et-json")
+
+
+@dataclass
+class SharedList:
+    """One node list and the ranks that run it (one rank unless graphs are shared)."""
+
+    nodes: list[Node]
+    ranks: list[Rank]
+    sends: list[int] = field(default_factory=list)  # indices of SEND nodes
+    recvs: list[int] = field(default_factory=list)
+    colls: list[int] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)  # node ids in list order
+    in_id_order: bool = True  # ids strictly ascending in list order
+
+    @property
+    def rank_ids(self) -> list[int]:
+        return [r.rank for r in self.ranks]
+
+    def who(self) -> str:
+        """`rank 3` or `ranks 0-7 (one shared graph)`."""
+        ids = self.rank_ids
+        if len(ids) == 1:
+            return f"rank {ids[0]}"
+        return f"ranks {format_ranks(ids)} (one shared graph)"
+
+
+@dataclass
+class Context:
+    trace: ExecutionTrace
+    options: Options
+    shared: list[SharedList]
+    world: list[int]  # the ranks present, sorted
+    expected: list[int]  # every rank the job has (world size, group members, gaps in the numbering)
+    partial_ok: bool  # logs may hold only some ranks of a job: absent ranks are not an error
+
+    @property
+    def missing(self) -> list[int]:
+        present = set(self.world)
+        return [r for r in self.expected if r not in present]
+
+    def find(self, code: str, check: str, message: str, *, ranks=(), node: Node | None = None,
+             group=None, microbatch: int | None = None, source: str | None = None,
+             rank: Rank | None = None) -> Finding:
+        """Build a finding; the source defaults to the node's, then the rank's file."""
+        if source is None and node is not None:
+            source = node.source
+        if source is None and rank is not None:
+            source = rank.source
+        if microbatch is None and node is not None:
+            microbatch = node.microbatch
+        return Finding(code, check, message, sorted(set(ranks)), group, node_ref(node), microbatch, source)
+
+    def group_field(self, gid: int | None):
+        return group_ref(self.trace.groups.get(gid) if gid is not None else None, gid, self.world)
+
+    def group_label(self, gid: int | None) -> str:
+        if gid is None:
+            return "all ranks"
+        group = self.trace.groups.get(gid)
+        return group.label if group else f"pg {gid}"
+
+    def rank_label(self, rank_id: int) -> str:
+        rank = self.trace.ranks.get(rank_id)
+        stage = rank.stage if rank else None
+        return f"rank {rank_id}" if stage is None else f"rank {rank_id} (stage {stage})"
+
+    def rank_file(self, rank_id: int) -> str | None:
+        """The file a rank would come from, by analogy with the other ranks' files (`w.5.et`)."""
+        for rank in self.trace.sorted_ranks():
+            if rank.source:
+                name = Path(rank.source.split(":")[0]).name
+                match = re.fullmatch(rf"(.*\.){rank.rank}(\.et(?:\.gz)?)", name)
+                if match:
+                    return f"{match.group(1)}{rank_id}{match.group(2)}"
+        return None
+
+
+def build_context(trace: ExecutionTrace, options: Options) -> Context:
+    by_list: dict[int, SharedList] = {}
+    for rank in trace.sorted_ranks():
+        entry = by_list.get(id(rank.nodes))
+        if entry is None:
+            entry = by_list[id(rank.nodes)] = SharedList(rank.nodes, [])
+        entry.ranks.append(rank)
+    shared = list(by_list.values())
+    for entry in shared:
+        _index_comm(entry)
+    present = sorted(trace.ranks)
+    expected = set(present)
+    if present:
+        expected.update(range(present[-1] + 1))
+    if trace.parallel.world > 0:
+        expected.update(range(trace.parallel.world))
+    for group in trace.groups.values():
+        expected.update(group.members)
+    partial_ok = origin_format(trace) in LOG_FORMATS
+    return Context(trace, options, shared, present, sorted(expected), partial_ok)
+
+
+def origin_format(trace: ExecutionTrace) -> str:
+    """The format the data first came in: a Chakra set we wrote records it in its metadata."""
+    if trace.source.format in SIMULATOR_FORMATS:
+        for rank in trace.sorted_ranks()[:1]:
+            for attr in (rank.wire_metadata or ("", []))[1]:
+                if attr.name == "source.format" and isinstance(attr.value, str):
+                    return attr.value
+    return trace.source.format
+
+
+def _index_comm(entry: SharedList) -> None:
+    """Indices of the comm nodes, in the order a simulator issues them (ascending node id)."""
+    nodes = entry.nodes
+    ids = [n.id for n in nodes]
+    kinds = [n.kind for n in nodes]
+    in_id_order = all(map(operator.lt, ids, islice(ids, 1, None)))
+    order = range(len(nodes)) if in_id_order else sorted(range(len(nodes)), key=lambda i: (ids[i], i))
+    entry.ids, entry.in_id_order = ids, in_id_order
+    entry.sends = [i for i in order if kinds[i] == NodeKind.SEND]
+    entry.recvs = [i for i in order if kinds[i] == NodeKind.RECV]
+    entry.colls = [i for i in order if kinds[i] == NodeKind.COLLECTIVE]

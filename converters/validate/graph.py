@@ -1,0 +1,188 @@
+"""Per-rank graph structure: ids, dependencies, cycles and work that can never run.
+
+Checked once per distinct node list (ranks that share a list share its structure). Each kind
+of problem is reported once per list, naming the first node and how many more there are, so
+a broken 1024-rank set gives a readable list rather than millions of lines.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import chain
+from operator import attrgetter
+
+from .context import Context, SharedList
+from .findings import Finding
+
+CHECK = "graph"
+
+
+def check_graph(ctx: Context) -> list[Finding]:
+    findings: list[Finding] = []
+    for shared in ctx.shared:
+        findings.extend(_check_list(ctx, shared))
+    return findings
+
+
+def _more(count: int, what: str = "node") -> str:
+    return "" if count <= 1 else f" (and {count - 1} more {what}s)"
+
+
+def _clean_fast(shared: SharedList) -> bool:
+    """True when the list obviously has no graph problem: unique ascending ids, every
+    dependency an existing earlier node, no ctrl_deps. Mostly C-level work, for big sets."""
+    if not shared.in_id_order:
+        return False
+    nodes, ids = shared.nodes, shared.ids
+    if any(map(bool, map(attrgetter("ctrl_deps"), nodes))):
+        return False
+    deps = list(map(attrgetter("deps"), nodes))
+    if not set(chain.from_iterable(deps)) <= set(ids):
+        return False
+    return all(max(d) < i for d, i in zip(deps, ids) if d)
+
+
+def _check_list(ctx: Context, shared: SharedList) -> list[Finding]:
+    if _clean_fast(shared):
+        return []
+    nodes = shared.nodes
+    rank = shared.ranks[0]
+    ranks = shared.rank_ids
+    who = shared.who()
+    findings: list[Finding] = []
+
+    index: dict[int, int] = {}
+    duplicates: list[int] = []
+    for i, node in enumerate(nodes):
+        if node.id in index:
+            duplicates.append(i)
+        else:
+            index[node.id] = i
+    if duplicates:
+        first = nodes[duplicates[0]]
+        other = nodes[index[first.id]]
+        findings.append(ctx.find(
+            "E001", CHECK,
+            f'{who}: node id {first.id} is used by "{other.name}" and "{first.name}"{_more(len(duplicates), "duplicate")};'
+            " dependencies on it are ambiguous",
+            ranks=ranks, node=first, rank=rank))
+
+    missing: list[tuple[int, int]] = []  # (node index, missing dep id)
+    self_deps: list[int] = []
+    in_order = True  # every dependency points to an earlier node: no cycle possible
+    for i, node in enumerate(nodes):
+        for deps in (node.deps, node.ctrl_deps):
+            for d in deps:
+                j = index.get(d)
+                if j is None:
+                    missing.append((i, d))
+                elif j >= i:
+                    if j == i:
+                        self_deps.append(i)
+                    else:
+                        in_order = False
+    if missing:
+        i, d = missing[0]
+        node = nodes[i]
+        findings.append(ctx.find(
+            "E002", CHECK,
+            f"{who}: node {node.id} depends on node {d}, which is not in the file{_more(len(missing), 'dangling dependencie')}",
+            ranks=ranks, node=node, rank=rank))
+    if self_deps:
+        node = nodes[self_deps[0]]
+        findings.append(ctx.find(
+            "E003", CHECK,
+            f"{who}: node {node.id} depends on itself and can never start{_more(len(self_deps))}",
+            ranks=ranks, node=node, rank=rank))
+    if in_order and not missing and not self_deps:
+        return findings
+    findings.extend(_blocked_work(ctx, shared, index, {i for i, _ in missing}, set(self_deps)))
+    return findings
+
+
+def _blocked_work(ctx: Context, shared: SharedList, index: dict[int, int],
+                  poisoned: set[int], self_deps: set[int]) -> list[Finding]:
+    """Run the graph as a simulator would (Kahn's algorithm) and explain what never runs."""
+    nodes = shared.nodes
+    rank = shared.ranks[0]
+    n = len(nodes)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for i, node in enumerate(nodes):
+        seen: set[int] = set()
+        for d in (*node.deps, *node.ctrl_deps):
+            j = index.get(d)
+            if j is None or j in seen:
+                continue
+            seen.add(j)
+            succ[j].append(i)
+            indegree[i] += 1
+        if i in poisoned:
+            indegree[i] += 1  # a missing dependency never completes
+    ready = deque(i for i in range(n) if indegree[i] == 0)
+    done = 0
+    while ready:
+        i = ready.popleft()
+        done += 1
+        for k in succ[i]:
+            indegree[k] -= 1
+            if indegree[k] == 0:
+                ready.append(k)
+    if done == n:
+        return []
+    stuck = {i for i in range(n) if indegree[i] > 0}
+    findings: list[Finding] = []
+    cycle = _find_cycle(stuck - self_deps, succ)
+    if cycle:
+        shown = cycle if len(cycle) <= 8 else cycle[:6]
+        path = " -> ".join(f'{nodes[i].id} "{nodes[i].name}"' for i in shown)
+        path += f" -> ... ({len(cycle)} nodes)" if len(shown) < len(cycle) else ""
+        path += f' -> {nodes[cycle[0]].id} "{nodes[cycle[0]].name}"'
+        findings.append(ctx.find(
+            "E004", "graph", f"{shared.who()}: dependency cycle {path}",
+            ranks=shared.rank_ids, node=nodes[cycle[0]], rank=rank))
+    blocked = sorted(stuck - poisoned - self_deps - set(cycle))
+    if blocked:
+        first = nodes[blocked[0]]
+        findings.append(ctx.find(
+            "E005", "graph",
+            f"{shared.who()}: {len(blocked)} node{'s' if len(blocked) != 1 else ''} can never run: they wait on"
+            " a cycle, a missing node or a self-dependency",
+            ranks=shared.rank_ids, node=first, rank=rank))
+    return findings
+
+
+def _find_cycle(stuck: set[int], succ: list[list[int]]) -> list[int]:
+    """One cycle among `stuck` nodes (indices in program order), or [] when there is none.
+
+    Nodes that nothing stuck depends on cannot be on a cycle: peel them off from the sink side;
+    every node left then has a stuck successor, so walking successors must close a cycle.
+    """
+    remaining = set(stuck)
+    out_degree = {i: sum(1 for k in succ[i] if k in remaining) for i in remaining}
+    preds: dict[int, list[int]] = {i: [] for i in remaining}
+    for i in remaining:
+        for k in succ[i]:
+            if k in remaining:
+                preds[k].append(i)
+    sinks = deque(i for i in remaining if out_degree[i] == 0)
+    while sinks:
+        i = sinks.popleft()
+        remaining.discard(i)
+        for p in preds[i]:
+            if p in remaining:
+                out_degree[p] -= 1
+                if out_degree[p] == 0:
+                    sinks.append(p)
+    if not remaining:
+        return []
+    position: dict[int, int] = {}
+    path: list[int] = []
+    current = min(remaining)
+    while current not in position:
+        position[current] = len(path)
+        path.append(current)
+        current = min(k for k in succ[current] if k in remaining)
+    cycle = path[position[current]:]
+    start = cycle.index(min(cycle))  # deterministic: start at the earliest node
+    return cycle[start:] + cycle[:start]

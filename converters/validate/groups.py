@@ -1,0 +1,119 @@
+"""Communicator groups and the set of ranks: defined, consistent, complete."""
+
+from __future__ import annotations
+
+from ..model import Node
+from .context import SIMULATOR_FORMATS, Context
+from .findings import Finding, format_ranks, rank_words
+
+# Group kinds whose size the parallel configuration fixes.
+_SIZE_OF_KIND = {
+    "tp": lambda p: p.tp,
+    "dp": lambda p: p.dp,
+    "pp": lambda p: p.pp,
+    "ep": lambda p: p.ep,
+    "dp_ep": lambda p: p.dp // p.ep if p.ep and p.dp % p.ep == 0 else None,
+}
+
+
+def used_groups(ctx: Context) -> dict[int, tuple[list[int], Node, int]]:
+    """Group id -> (ranks that communicate in it, first node, number of nodes), over all ranks."""
+    used: dict[int, tuple[list[int], Node, int]] = {}
+    for shared in ctx.shared:
+        per_rep: dict[int, tuple[Node, int]] = {}
+        nodes = shared.nodes
+        for i in (*shared.colls, *shared.sends, *shared.recvs):
+            node = nodes[i]
+            if node.group is None:
+                continue
+            first, count = per_rep.get(node.group, (node, 0))
+            per_rep[node.group] = (first, count + 1)
+        for rank in shared.ranks:
+            for node, count in per_rep.values():
+                gid = rank.group_of(node)
+                ranks, first, total = used.get(gid, ([], node, 0))
+                ranks.append(rank.rank)
+                used[gid] = (ranks, first, total + count)
+    return dict(sorted(used.items()))
+
+
+def check_groups(ctx: Context) -> list[Finding]:
+    trace = ctx.trace
+    findings: list[Finding] = []
+    for gid, (ranks, node, count) in used_groups(ctx).items():
+        group = trace.groups.get(gid)
+        nodes = "1 node" if count == 1 else f"{count} nodes"
+        if group is None:
+            where = "the group file does not define it" if trace.groups else "there is no comm_group.json"
+            findings.append(ctx.find(
+                "E020", "groups",
+                f"{rank_words(ranks)} communicate{'s' if len(ranks) == 1 else ''} in pg_name {gid} ({nodes}), but {where}",
+                ranks=ranks, node=node, group=ctx.group_field(gid), rank=trace.ranks[ranks[0]]))
+            continue
+        members = set(group.members)
+        outsiders = [r for r in ranks if r not in members]
+        if outsiders:
+            findings.append(ctx.find(
+                "E021", "groups",
+                f"{rank_words(outsiders)} communicate{'s' if len(outsiders) == 1 else ''} in {group.label} but "
+                f"{'is not a member' if len(outsiders) == 1 else 'are not members'}",
+                ranks=outsiders, node=node, group=ctx.group_field(gid), rank=trace.ranks[outsiders[0]]))
+    findings.extend(_parallel_sizes(ctx))
+    return findings
+
+
+def _parallel_sizes(ctx: Context) -> list[Finding]:
+    p = ctx.trace.parallel
+    if p.world <= 0:
+        return []
+    findings: list[Finding] = []
+    product = p.tp * p.cp * p.dp * p.pp
+    if product != p.world:
+        cp = f" · cp {p.cp}" if p.cp != 1 else ""
+        findings.append(ctx.find(
+            "E022", "groups", f"world {p.world} ≠ tp {p.tp}{cp} · dp {p.dp} · pp {p.pp} = {product}"))
+        return findings
+    wrong: dict[str, list] = {}
+    for group in ctx.trace.groups.values():
+        size_of = _SIZE_OF_KIND.get(group.kind)
+        expected = size_of(p) if size_of else None
+        if expected and len(group.members) != expected:
+            wrong.setdefault(group.kind, []).append((group, expected))
+    for kind, groups in sorted(wrong.items()):
+        group, expected = groups[0]
+        more = f" ({len(groups)} {kind} groups like it)" if len(groups) > 1 else ""
+        findings.append(ctx.find(
+            "E022", "groups",
+            f"{group.label} has {len(group.members)} members; {kind} = {expected} in the parallel configuration{more}",
+            group=ctx.group_field(group.id), ranks=group.members))
+    return findings
+
+
+def check_rank_set(ctx: Context) -> list[Finding]:
+    missing = ctx.missing
+    if not missing:
+        return []
+    present = ctx.world
+    if ctx.partial_ok:
+        if ctx.trace.source.format in SIMULATOR_FORMATS:
+            return [ctx.find(
+                "W025", "rank-set",
+                f"the set holds {rank_words(present)} of {len(ctx.expected)} (converted from a log of only these); "
+                "a simulator would wait forever for the absent ranks' messages and collectives")]
+        return [ctx.find(
+            "I024", "rank-set",
+            f"the input holds {rank_words(present)} of {len(ctx.expected)}; cross-rank checks cover only these")]
+    member_of: dict[int, list[str]] = {}
+    for group in ctx.trace.groups.values():
+        for r in group.members:
+            if r not in ctx.trace.ranks:
+                member_of.setdefault(r, []).append(group.label)
+    findings: list[Finding] = []
+    for r in missing:
+        name = ctx.rank_file(r)
+        what = f"rank {r} is missing" + (f" (no {name})" if name else "")
+        groups = member_of.get(r, [])
+        waits = f"; {', '.join(groups[:4])}{' ...' if len(groups) > 4 else ''} would wait for it" if groups else ""
+        findings.append(ctx.find(
+            "E023", "rank-set", f"{what}; present: {format_ranks(present)}{waits}", ranks=[r]))
+    return findings

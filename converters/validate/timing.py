@@ -1,0 +1,184 @@
+"""Measured times (logs): what the clock says must be physically possible.
+
+- On one rank, top-level ops do not overlap (sub-operations sit inside their step; the two
+  halves of a fused exchange share their time by design).
+- A receive does not end before its send starts. Hosts may have different clocks: for each
+  pair of ranks, messages both ways bound the offset between their clocks; only when no
+  offset explains every message is it an error (otherwise a note with the offset's bounds).
+- Implied bandwidth (bytes / duration) of communication stays below what any link does.
+
+Scaling-mode logs (ranks run one after another on one GPU) have no cross-rank timeline and
+no real comm durations: only the per-rank checks apply to them.
+"""
+
+from __future__ import annotations
+
+from ..model import Node, NodeKind
+from .context import Context, SharedList
+from .findings import Finding
+
+CHECK = "timing"
+# Logged times have 0.01 ms resolution and start = end − duration rounds twice.
+TOLERANCE_NS = 20_000
+# No link moves more than this many bytes per ns (GB/s); NVLink 5 is 1.8 TB/s per GPU.
+MAX_GBPS = 3_000
+
+
+def check_timing(ctx: Context) -> list[Finding] | None:
+    trace = ctx.trace
+    if trace.timing != "measured":
+        return None
+    scaling = bool(trace.metadata.get("scaling_mode"))
+    findings: list[Finding] = []
+    for shared in ctx.shared:
+        findings.extend(_overlaps(ctx, shared))
+    if not scaling:
+        findings.extend(_receives_after_sends(ctx))
+        findings.extend(_bandwidth(ctx))
+    return findings
+
+
+def _timed(nodes: list[Node]) -> list[Node]:
+    return [n for n in nodes if n.start_ns is not None]
+
+
+def _overlaps(ctx: Context, shared: SharedList) -> list[Finding]:
+    nodes = _timed(shared.nodes)
+    rank = shared.ranks[0]
+    findings: list[Finding] = []
+    # Zero-length ops (a receive whose data was already there) cannot overlap anything.
+    top = sorted((n for n in nodes if n.parent is None and n.duration_ns > 0), key=lambda n: (n.start_ns, n.duration_ns))
+    first: tuple[Node, Node] | None = None
+    count = 0
+    previous: Node | None = None
+    for node in top:
+        if previous is not None:
+            end = previous.start_ns + previous.duration_ns
+            if node.start_ns < end - TOLERANCE_NS and not _fused_halves(previous, node):
+                count += 1
+                first = first or (previous, node)
+        if previous is None or node.start_ns + node.duration_ns > previous.start_ns + previous.duration_ns:
+            previous = node
+    if first:
+        a, b = first
+        overlap = a.start_ns + a.duration_ns - b.start_ns
+        more = f" ({count} overlaps)" if count > 1 else ""
+        findings.append(ctx.find(
+            "E060", CHECK,
+            f'{shared.who()}: "{b.name}" starts {_ms(overlap)} before "{a.name}" ends{more}; '
+            "is the timestamp an end time (start = timestamp − duration)?",
+            ranks=shared.rank_ids, node=b, rank=rank))
+    by_id = {n.id: n for n in nodes}
+    outside = [n for n in nodes if n.parent is not None and n.parent in by_id and _outside(n, by_id[n.parent])]
+    if outside:
+        n = outside[0]
+        findings.append(ctx.find(
+            "W061", CHECK,
+            f'{shared.who()}: sub-operation lies outside its step "{by_id[n.parent].name}"'
+            + (f" ({len(outside)} like it)" if len(outside) > 1 else ""),
+            ranks=shared.rank_ids, node=n, rank=rank))
+    return findings
+
+
+def _fused_halves(a: Node, b: Node) -> bool:
+    return (a.args.get("fused") is not None and a.args.get("fused") == b.args.get("fused")
+            and a.start_ns == b.start_ns and a.duration_ns == b.duration_ns)
+
+
+def _outside(node: Node, parent: Node) -> bool:
+    return (node.start_ns < parent.start_ns - TOLERANCE_NS
+            or node.start_ns + node.duration_ns > parent.start_ns + parent.duration_ns + TOLERANCE_NS)
+
+
+def _receives_after_sends(ctx: Context) -> list[Finding]:
+    sends: dict[tuple, list[Node]] = {}
+    recvs: dict[tuple, list[tuple[int, Node]]] = {}
+    for shared in ctx.shared:
+        nodes = shared.nodes
+        for rank in shared.ranks:
+            for i in shared.sends:
+                n = nodes[i]
+                if n.start_ns is not None:
+                    sends.setdefault((rank.rank, rank.peer_of(n), n.tag), []).append(n)
+            for i in shared.recvs:
+                n = nodes[i]
+                if n.start_ns is not None:
+                    recvs.setdefault((rank.peer_of(n), rank.rank, n.tag), []).append((rank.rank, n))
+    # (a, b) with a < b -> [upper bound on clock_b − clock_a, lower bound, worst a→b, worst b→a]
+    bounds: dict[tuple[int, int], list] = {}
+    for key, received in recvs.items():
+        src, dst, _ = key
+        for send, (_, recv) in zip(sends.get(key, []), received):
+            slack = recv.start_ns + recv.duration_ns - send.start_ns  # recv end − send start
+            a, b = min(src, dst), max(src, dst)
+            entry = bounds.setdefault((a, b), [None, None, None, None])
+            if src == a:  # δ ≤ slack
+                if entry[0] is None or slack < entry[0]:
+                    entry[0], entry[2] = slack, (send, recv)
+            else:  # δ ≥ −slack
+                if entry[1] is None or -slack > entry[1]:
+                    entry[1], entry[3] = -slack, (send, recv)
+    findings: list[Finding] = []
+    for (a, b), (upper, lower, worst_ab, worst_ba) in sorted(bounds.items()):
+        broken_ab = upper is not None and upper < -TOLERANCE_NS
+        broken_ba = lower is not None and lower > TOLERANCE_NS
+        if not (broken_ab or broken_ba):
+            continue
+        send, recv = worst_ab if broken_ab else worst_ba
+        src, dst = (a, b) if broken_ab else (b, a)
+        late = -(upper if broken_ab else -lower)
+        if upper is not None and lower is not None and lower > upper + TOLERANCE_NS:
+            findings.append(ctx.find(
+                "E062", CHECK,
+                f'rank {dst}\'s "{recv.name}" ends {_ms(late)} before rank {src}\'s "{send.name}" starts, '
+                "and no clock offset between the two hosts explains the messages both ways",
+                ranks=[src, dst], node=recv, rank=ctx.trace.ranks[dst]))
+        else:
+            low = "-inf" if lower is None else _ms(lower)
+            high = "+inf" if upper is None else _ms(upper)
+            findings.append(ctx.find(
+                "I063", CHECK,
+                f'rank {dst}\'s "{recv.name}" ends {_ms(late)} before rank {src}\'s "{send.name}" starts: '
+                f"the clocks of ranks {a} and {b} differ (rank {b} − rank {a} between {low} and {high})",
+                ranks=[a, b], node=recv, rank=ctx.trace.ranks[dst]))
+    return findings
+
+
+def _bandwidth(ctx: Context) -> list[Finding]:
+    first: Node | None = None
+    first_rank = None
+    count = 0
+    best = 0.0
+    for shared in ctx.shared:
+        nodes = shared.nodes
+        # Receives are left out: one whose data was already there may finish almost at once.
+        for i in (*shared.sends, *shared.colls):
+            n = nodes[i]
+            if n.duration_ns <= 0 or n.size <= 0 or n.start_ns is None:
+                continue
+            if n.kind == NodeKind.COLLECTIVE and _group_size(ctx, shared.ranks[0].group_of(n)) <= 1:
+                continue  # a one-member collective moves nothing
+            gbps = n.size / n.duration_ns
+            if gbps > MAX_GBPS:
+                count += len(shared.ranks)
+                if first is None:
+                    first, first_rank, best = n, shared.ranks[0], gbps
+    if first is None:
+        return []
+    more = f" ({count} ops like it)" if count > 1 else ""
+    return [ctx.find(
+        "W064", CHECK,
+        f'{ctx.rank_label(first_rank.rank)}: "{first.name}" moves {first.size} B in {_ms(first.duration_ns)} = {best:,.0f} GB/s, '
+        f"more than any link ({MAX_GBPS} GB/s){more}; are the durations in the right unit?",
+        ranks=[first_rank.rank], node=first, rank=first_rank)]
+
+
+def _group_size(ctx: Context, gid: int | None) -> int:
+    if gid is None:
+        return len(ctx.world)
+    group = ctx.trace.groups.get(gid)
+    return len(group.members) if group else 2
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f} ms"

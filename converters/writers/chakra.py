@@ -1,0 +1,465 @@
+"""Write the model as a Chakra set: `<prefix>.<rank>.et` per rank and `<prefix>.comm_group.json`.
+
+What ASTRA-sim needs (FORMATS.md §1) decides every byte: GlobalMetadata first with a version
+and our provenance, node ids 0..n-1 in program order per rank, every ordering edge in
+`data_deps`, durations in whole µs (≥ 1 for compute), and each attribute in the one oneof
+member the simulator reads.
+
+Speed: ranks that share a `nodes` list differ only in group ids and peers, so each shared list
+is turned once into a template of ready-made bytes; per rank only the few attributes that
+name a group, a peer or the rank itself are filled in (from small caches of encoded
+attributes). Messages are encoded by protobuf; only the length prefixes and the joining of
+already-encoded repeated `attr` entries are done here (a Node's encoding is its fields 1-9
+followed by one entry per attribute, so the joined bytes are what protobuf would write).
+
+A trace read from an et-json dump (`trace.metadata["chakra.verbatim"]`) is written back
+exactly as its files were: same ids, deps, attributes and metadata.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import orjson
+
+from .._proto import et_def_pb2 as pb
+from .._proto.wire import ATTR_KINDS, attr_to_proto, int_range, varint
+from ..diagnostics import Diagnostics
+from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
+from ..options import Options
+from .atomic import atomic_set
+
+SCHEMA_VERSION = "0.0.4"
+
+# Attributes whose oneof member ASTRA-sim's feeders read; re-emitted attributes with these names
+# are moved to this member when their value fits.
+TABLE_KINDS = {
+    "comm_type": "int64_val", "comm_size": "int64_val", "comm_src": "int32_val", "comm_dst": "int32_val",
+    "comm_tag": "int32_val", "comm_priority": "int32_val", "is_cpu_op": "bool_val", "num_ops": "int64_val",
+    "tensor_size": "uint64_val", "pg_name": "string_val", "involved_dim": "bool_list",
+}
+MEM_KINDS = (NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
+SEND, RECV = NodeKind.SEND, NodeKind.RECV
+VARINTS = [bytes((i,)) for i in range(128)]  # one-byte length prefixes
+
+
+def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnostics: Diagnostics) -> None:
+    """Write every rank's file and, when nodes use groups, the comm_group.json."""
+    output_prefix = Path(output_prefix)
+    name = output_prefix.name
+    verbatim = bool(trace.metadata.get("chakra.verbatim"))
+    ranks = trace.sorted_ranks()  # gaps in the rank numbers are the validator's to report (api.write)
+    with atomic_set(output_prefix) as tmpdir:
+        groups = sorted(trace.groups) if verbatim else used_groups(trace, diagnostics)
+        if groups:
+            table = {str(gid): list(trace.groups[gid].members) for gid in groups}
+            (tmpdir / f"{name}.comm_group.json").write_bytes(orjson.dumps(table) + b"\n")
+        if verbatim:
+            for rank in ranks:
+                write_file(tmpdir / f"{name}.{rank.rank}.et", verbatim_rank_chunks(rank))
+            return
+        encoder = RankEncoder(trace, diagnostics)
+        for rank in ranks:  # every graph encoded here, once, so counts do not depend on --jobs
+            encoder.template(rank.nodes)
+        encoder.report()
+        jobs = worker_count(options, trace)
+        if jobs <= 1:
+            write_ranks(encoder, ranks, tmpdir, name)
+        else:
+            write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs)
+
+
+def write_file(path: Path, chunks: Iterable[bytes]) -> None:
+    with open(path, "wb", buffering=1 << 20) as f:
+        f.writelines(chunks)
+
+
+def write_ranks(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str) -> None:
+    for rank in ranks:
+        write_file(tmpdir / f"{name}.{rank.rank}.et", encoder.rank_chunks(rank))
+
+
+# Work worth a second process: below this many nodes, starting workers costs more than it saves.
+PARALLEL_MIN_NODES = 200_000
+_shared_state: tuple | None = None  # what forked workers inherit (encoder, ranks, tmpdir, name, jobs)
+
+
+def worker_count(options: Options, trace: ExecutionTrace) -> int:
+    """--jobs, or all cores for big sets; 1 where fork is not available."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    if options.jobs is not None:
+        return max(1, options.jobs)
+    return (os.cpu_count() or 1) if trace.node_count() >= PARALLEL_MIN_NODES else 1
+
+
+def write_ranks_in_parallel(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, jobs: int) -> None:
+    """Forked workers write every jobs-th rank each; each file's bytes do not depend on who wrote it."""
+    global _shared_state
+    _shared_state = (encoder, ranks, tmpdir, name, jobs)
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            pool.map(_write_share, range(jobs))
+    finally:
+        _shared_state = None
+
+
+def _write_share(worker: int) -> None:
+    encoder, ranks, tmpdir, name, jobs = _shared_state
+    write_ranks(encoder, ranks[worker::jobs], tmpdir, name)
+
+
+def used_groups(trace: ExecutionTrace, diagnostics: Diagnostics) -> list[int]:
+    """Ids of the groups some node of some rank uses (the comm_group.json lists only these)."""
+    used: set[int] = set()
+    per_list: dict[int, set[int]] = {}
+    for rank in trace.ranks.values():
+        key = id(rank.nodes)
+        local = per_list.get(key)
+        if local is None:
+            local = per_list[key] = {n.group for n in rank.nodes if n.group is not None and n.is_comm}
+        if rank.group_map is None:
+            used |= local
+        else:
+            used.update(rank.group_map.get(g, g) for g in local)
+    unknown = sorted(g for g in used if g not in trace.groups)
+    if unknown:
+        diagnostics.warn(
+            "chakra-unknown-group",
+            "chakra: nodes use {count} group ids that have no members (first: {first}); "
+            "they are missing from comm_group.json", str(unknown[0]), count=len(unknown),
+        )
+    return sorted(g for g in used if g in trace.groups)
+
+
+def framed(message_bytes: bytes) -> bytes:
+    return varint(len(message_bytes)) + message_bytes
+
+
+# ---------------------------------------------------------------------------------------------
+# normal writing: our ids, our metadata, ASTRA-sim's attribute kinds
+
+
+class Template:
+    """A node list as bytes: complete framed nodes (runs joined), and holes for comm nodes.
+
+    A hole is (head, group, peer, role, tail, fixed length): the node's encoding is its head,
+    then this rank's pg_name (for `group`), comm_src and comm_dst (for SEND/RECV `role`), then
+    its tail. `nodes` is kept so that its id() stays unique while the template is cached.
+    """
+
+    __slots__ = ("nodes", "items", "groups", "send_peers", "recv_peers")
+
+    def __init__(self, nodes: list[Node]):
+        self.nodes = nodes
+        self.items: list = []
+        self.groups: set[int] = set()
+        self.send_peers: set[int | None] = set()
+        self.recv_peers: set[int | None] = set()
+
+    def add_hole(self, head: bytes, group, peer, role, tail: bytes) -> None:
+        if group is not None:
+            self.groups.add(group)
+        if role is SEND:
+            self.send_peers.add(peer)
+        elif role is RECV:
+            self.recv_peers.add(peer)
+        self.items.append((head, group, peer, role, tail, len(head) + len(tail)))
+
+
+class RankEncoder:
+    """Encodes ranks; caches templates per shared node list and encoded attributes by value."""
+
+    def __init__(self, trace: ExecutionTrace, diagnostics: Diagnostics):
+        self.trace = trace
+        self.diagnostics = diagnostics
+        self.templates: dict[int, Template] = {}
+        self.attr_cache: dict[tuple, bytes] = {}
+        self.common_metadata = common_metadata_attrs(trace)
+        self.dropped_deps = 0
+        self.zero_size = 0
+        self.no_peer = 0
+        self.untyped = 0
+        self.local_groups: dict[int, set[int]] = {}
+        # encoded per-rank attributes: group id -> pg_name entry, rank -> comm_src / comm_dst entry
+        self.pg_cache: dict[int, bytes] = {}
+        self.src_cache: dict[int | None, bytes] = {}
+        self.dst_cache: dict[int | None, bytes] = {}
+
+    # -- attributes ---------------------------------------------------------------------------
+
+    def attr_entry(self, name: str, kind: str, value) -> bytes:
+        """The encoded `attr` entry of a Node (field 10 key, length, AttributeProto)."""
+        key = (name, kind, tuple(value) if isinstance(value, list) else value)
+        if ATTR_KINDS[kind][0] == "float":
+            key = (key, repr(value))
+        entry = self.attr_cache.get(key)
+        if entry is None:
+            entry = pb.Node(attr=[attr_to_proto(WireAttr(name, kind, value))]).SerializeToString()
+            self.attr_cache[key] = entry
+        return entry
+
+    def wire_attr_entry(self, attr: WireAttr) -> bytes:
+        if attr.doc or not attr.kind:
+            return pb.Node(attr=[attr_to_proto(attr)]).SerializeToString()
+        kind = table_kind(attr)
+        return self.attr_entry(attr.name, kind, attr.value)
+
+    # -- templates ----------------------------------------------------------------------------
+
+    def template(self, nodes: list[Node]) -> "Template":
+        """The node list encoded once, with holes for the attributes that differ per rank."""
+        cached = self.templates.get(id(nodes))
+        if cached is not None and cached.nodes is nodes:
+            return cached
+        index = {}
+        for i, node in enumerate(nodes):
+            index.setdefault(node.id, i)
+        template = Template(nodes)
+        run: list[bytes] = []
+        for i, node in enumerate(nodes):
+            head, hole, tail = self.encode_node(i, node, index)
+            if hole is None:
+                body = head + tail
+                run.append(varint(len(body)) + body)
+                continue
+            if run:
+                template.items.append(b"".join(run))
+                run = []
+            group, peer, role = hole
+            template.add_hole(head, group, peer, role, tail)
+        if run:
+            template.items.append(b"".join(run))
+        self.templates[id(nodes)] = template
+        return template
+
+    def encode_node(self, new_id: int, node: Node, index: dict[int, int]):
+        """(head bytes, hole or None, tail bytes) of one node; the hole is (group, peer, role)."""
+        message = pb.Node(id=new_id, name=node.name, type=int(node.kind), data_deps=self.new_deps(node, index),
+                          duration_micros=duration_micros(node))
+        if node.start_ns is not None and self.trace.timing == "measured":
+            message.start_time_micros = max(node.start_ns, 0) // 1000
+        if node.inputs is not None:
+            message.inputs.CopyFrom(io_info(node.inputs))
+        if node.outputs is not None:
+            message.outputs.CopyFrom(io_info(node.outputs))
+        head = message.SerializeToString()
+        kind = node.kind
+        if kind is NodeKind.COMPUTE and node.microbatch is None and not node.attrs:
+            return head, None, b""  # the common case: nothing more to add
+        entry = self.attr_entry
+        head_attrs: list[bytes] = []
+        tail: list[bytes] = []
+        produced: set[str] = set()
+        hole = None
+        if kind in COMM_KINDS:
+            if kind is NodeKind.COLLECTIVE:
+                if node.coll is None:
+                    self.untyped += 1
+                head_attrs.append(entry("comm_type", "int64_val", int(node.coll or 0)))
+            if node.size <= 0:
+                self.zero_size += 1
+            head_attrs.append(entry("comm_size", "int64_val", node.size))
+            role = kind if kind is not NodeKind.COLLECTIVE else None
+            if role is not None:
+                tail.append(entry("comm_tag", "int32_val", node.tag or 0))
+                produced.update(("comm_src", "comm_dst", "comm_tag"))
+                if node.peer is None:
+                    self.no_peer += 1
+            tail.append(entry("is_cpu_op", "bool_val", False))
+            produced.update(("comm_type", "comm_size", "is_cpu_op"))
+            if node.group is not None:
+                produced.add("pg_name")
+            if node.group is not None or role is not None:
+                hole = (node.group, node.peer, role)
+        elif kind in MEM_KINDS:
+            head_attrs.append(entry("tensor_size", "uint64_val", node.size))
+            produced.add("tensor_size")
+        if node.microbatch is not None:
+            tail.append(entry("microbatch", "int64_val", node.microbatch))
+            produced.add("microbatch")
+        for attr in node.attrs or ():
+            if attr.name not in produced:
+                tail.append(self.wire_attr_entry(attr))
+        return head + b"".join(head_attrs), hole, b"".join(tail)
+
+    def new_deps(self, node: Node, index: dict[int, int]) -> list[int]:
+        """deps and ctrl_deps as new ids, each once; edges to nodes not in the list are dropped."""
+        try:
+            deps = list(map(index.__getitem__, node.deps))
+            if node.ctrl_deps:
+                deps += map(index.__getitem__, node.ctrl_deps)
+        except KeyError:
+            deps = [index[d] for d in (*node.deps, *node.ctrl_deps) if d in index]
+            self.dropped_deps += len(node.deps) + len(node.ctrl_deps) - len(deps)
+        if len(deps) > 1:
+            deps = list(dict.fromkeys(deps))
+        return deps
+
+    # -- ranks --------------------------------------------------------------------------------
+
+    def rank_chunks(self, rank: Rank) -> Iterator[bytes]:
+        """The rank's file as byte chunks: metadata, then nodes with its own groups and peers."""
+        yield framed(self.metadata(rank).SerializeToString())
+        template = self.template(rank.nodes)
+        group_map = rank.group_map or {}
+        peer_map = rank.peer_map or {}
+        # this rank's encoded pg_name / comm_src / comm_dst for each representative group and peer
+        pg_of = {g: self.encoded(self.pg_cache, "pg_name", group_map.get(g, g)) for g in template.groups}
+        to_peer = {p: self.encoded(self.dst_cache, "comm_dst", peer_map.get(p, p)) for p in template.send_peers}
+        from_peer = {p: self.encoded(self.src_cache, "comm_src", peer_map.get(p, p)) for p in template.recv_peers}
+        my_src = self.encoded(self.src_cache, "comm_src", rank.rank)
+        my_dst = self.encoded(self.dst_cache, "comm_dst", rank.rank)
+        out: list[bytes] = []
+        append, extend = out.append, out.extend
+        for item in template.items:
+            if item.__class__ is bytes:
+                append(item)
+                continue
+            head, group, peer, role, tail, size = item
+            pg = b"" if group is None else pg_of[group]
+            if role is None:
+                size += len(pg)
+                extend((VARINTS[size] if size < 128 else varint(size), head, pg, tail))
+                continue
+            src, dst = (my_src, to_peer[peer]) if role is SEND else (from_peer[peer], my_dst)
+            size += len(pg) + len(src) + len(dst)
+            extend((VARINTS[size] if size < 128 else varint(size), head, pg, src, dst, tail))
+            if len(out) > 8192:
+                yield b"".join(out)
+                out.clear()
+        yield b"".join(out)
+
+    def encoded(self, cache: dict, name: str, value: int | None) -> bytes:
+        """A per-rank attribute (group id or rank), encoded once and then taken from `cache`."""
+        entry = cache.get(value)
+        if entry is None:
+            if name == "pg_name":
+                entry = self.attr_entry(name, "string_val", str(value))
+            else:
+                entry = self.attr_entry(name, "int32_val", -1 if value is None else value)
+            cache[value] = entry
+        return entry
+
+    def metadata(self, rank: Rank) -> pb.GlobalMetadata:
+        attrs = list(self.common_metadata)
+        attrs.append(WireAttr("rank", "int64_val", rank.rank))
+        for key, value in rank.coords.items():
+            attrs.append(WireAttr(f"coords.{key}", "int64_val", int(value)))
+        kinds = self.group_kinds(rank)
+        if kinds:
+            attrs.append(WireAttr("group_kinds", "string_list", kinds))
+        return pb.GlobalMetadata(version=SCHEMA_VERSION, attr=[attr_to_proto(a) for a in attrs])
+
+    def group_kinds(self, rank: Rank) -> list[str]:
+        """"<id>=<kind>" for the groups this rank's nodes use, so a reader can name them."""
+        local = self.local_groups.get(id(rank.nodes))
+        if local is None:  # templates keep every node list alive, so its id is not reused
+            local = self.local_groups[id(rank.nodes)] = {n.group for n in rank.nodes if n.group is not None and n.is_comm}
+        gmap = rank.group_map or {}
+        out = []
+        for gid in sorted({gmap.get(g, g) for g in local}):
+            group = self.trace.groups.get(gid)
+            if group is not None and group.kind:
+                out.append(f"{gid}={group.kind}")
+        return out
+
+    def report(self) -> None:
+        warn = self.diagnostics.warn
+        if self.dropped_deps:
+            warn("chakra-dropped-deps", "chakra: dropped {count} dependencies on nodes that are not in the same rank",
+                 count=self.dropped_deps)
+        if self.zero_size:
+            warn("chakra-zero-size", "chakra: wrote {count} comm nodes with comm_size <= 0 (ASTRA-sim needs > 0)",
+                 count=self.zero_size)
+        if self.untyped:
+            warn("chakra-untyped", "chakra: wrote {count} collectives without a type as ALL_REDUCE", count=self.untyped)
+        if self.no_peer:
+            warn("chakra-no-peer", "chakra: wrote {count} sends/receives without a peer rank (peer written as -1)",
+                 count=self.no_peer)
+
+
+def duration_micros(node: Node) -> int:
+    """Whole µs, rounded up; a compute node lasts at least 1 µs (the old feeder skips 0)."""
+    micros = -(-max(node.duration_ns, 0) // 1000)
+    if node.kind == NodeKind.COMPUTE and micros < 1:
+        return 1
+    return micros
+
+
+def io_info(values: tuple[str, str, str]) -> pb.IOInfo:
+    return pb.IOInfo(values=values[0], shapes=values[1], types=values[2])
+
+
+def table_kind(attr: WireAttr) -> str:
+    """The oneof member ASTRA-sim reads for this name, when the value fits it; else the original."""
+    wanted = TABLE_KINDS.get(attr.name)
+    if wanted is None or wanted == attr.kind:
+        return attr.kind
+    have, wanted_type = ATTR_KINDS[attr.kind], ATTR_KINDS[wanted]
+    if have == ("int", False) and wanted_type == ("int", False) and fits(attr.value, wanted):
+        return wanted
+    return attr.kind
+
+
+def fits(value: int, kind: str) -> bool:
+    low, high = int_range(kind)
+    return low <= value <= high
+
+
+def file_names(files: list[str], limit: int = 16) -> list[str]:
+    """The input's file names; a long list (one file per rank) is cut so every rank stays small."""
+    if len(files) <= limit:
+        return list(files)
+    return [*files[:limit], f"... and {len(files) - limit} more"]
+
+
+def common_metadata_attrs(trace: ExecutionTrace) -> list[WireAttr]:
+    """Provenance shared by every rank's GlobalMetadata (STYLE.md "Output metadata")."""
+    from .. import __version__
+
+    attrs = [
+        WireAttr("et_convert.version", "string_val", __version__),
+        WireAttr("source.format", "string_val", trace.source.format),
+        WireAttr("source.files", "string_list", file_names(trace.source.files)),
+        WireAttr("source.sha256", "string_val", trace.source.sha256),
+    ]
+    for key, value in trace.units.items():
+        attrs.append(WireAttr(f"units.{key}", "string_val", str(value)))
+    for key, value in trace.parallel.as_dict().items():
+        attrs.append(WireAttr(f"parallel.{key}", "int64_val", int(value)))
+    attrs.append(WireAttr("timing", "string_val", trace.timing))
+    if trace.timing == "measured":
+        attrs.append(WireAttr("time_origin_ns", "int64_val", int(trace.time_origin_ns)))
+    attrs.append(WireAttr("assumptions", "string_list", list(trace.assumptions)))
+    return attrs
+
+
+# ---------------------------------------------------------------------------------------------
+# verbatim writing: exactly what the original files held
+
+
+def verbatim_rank_chunks(rank: Rank) -> Iterable[bytes]:
+    version, attrs = rank.wire_metadata or ("", [])
+    meta = pb.GlobalMetadata(version=version, attr=[attr_to_proto(a) for a in attrs])
+    yield framed(meta.SerializeToString())
+    out = []
+    for node in rank.nodes:
+        out.append(framed(verbatim_node(node).SerializeToString()))
+    yield b"".join(out)
+
+
+def verbatim_node(node: Node) -> pb.Node:
+    message = pb.Node(
+        id=node.id, name=node.name, type=int(node.kind), ctrl_deps=node.ctrl_deps, data_deps=node.deps,
+        start_time_micros=(node.start_ns or 0) // 1000, duration_micros=node.duration_ns // 1000,
+        attr=[attr_to_proto(a) for a in node.attrs or ()],
+    )
+    if node.inputs is not None:
+        message.inputs.CopyFrom(io_info(node.inputs))
+    if node.outputs is not None:
+        message.outputs.CopyFrom(io_info(node.outputs))
+    return message

@@ -1,0 +1,645 @@
+"""What a timeline view shows: processes, threads, slices, args and flows, for both writers.
+
+The Chrome JSON writer and the native Perfetto writer draw exactly the same picture; this
+module decides it once so the two cannot drift apart.
+
+Processes. One per drawn rank: pid = rank + 1 (pid 0 is special in Perfetto), named by
+`Rank.label` ("rank 12 · stage 1"), sorted by rank.
+
+Threads. One per stream, in the order compute, tp, dp, ep, dp_ep, pp send, pp recv, other,
+then any other stream names alphabetically. tid = pid * 1000 + slot, where slot (1..999) is
+the thread's position in its process: never 0 (Perfetto turns tid 0 into the pid), never
+equal to its pid, unique across the trace, and stable when other ranks are added or left
+out. Perfetto's JSON importer reads only `process_name` / `thread_name` among M events; the
+`*_sort_index` events serve chrome://tracing, and pids and tids grow in the same order.
+(With more than 1000 ranks a tid can equal another rank's pid; Perfetto matches threads by
+(tid, pid), so that is harmless.)
+
+Slices. One per node, on its thread; start/end in integer ns from the trace origin.
+Slices on one thread must nest (Perfetto drops or mis-parents partial overlaps), so an op
+that overlaps another on its thread without nesting moves to an overflow thread
+("tp 2", "tp 3", ...) listed right after its base thread. A sub-operation (`node.parent`)
+goes on its parent's thread when it lies inside the parent, else on its own comm thread.
+
+Flows. Perfetto binds a flow to slices and processes events in time order, and it always
+draws a flow from the slice that starts first to the one that starts later. So every flow
+starts on whichever end begins first:
+- each SEND and its matching RECV (k-th send from a to b with tag t ↔ k-th such recv):
+  one flow id, FLOW_OUT on the earlier slice, FLOW_IN on the later one;
+- each collective instance (the k-th collective of a group on every member): one flow id
+  chaining the drawn members in the order they entered (start time, then rank): FLOW_OUT on
+  the first, FLOW_STEP (in and out) on each middle one, FLOW_IN on the last. A chain needs
+  only one flow id per slice, which is all a Chrome JSON v2 slice (`bind_id`) can carry; a
+  fan-out from one member would need several ids on one slice.
+Flow ids count from 1 in a deterministic order and are unique across the trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import operator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+from ..diagnostics import Diagnostics, UsageError
+from ..model import ExecutionTrace, NodeKind, Rank
+from ..timeline import Timeline, timeline_for
+
+THREAD_ORDER = ("compute", "tp", "dp", "ep", "dp_ep", "pp send", "pp recv", "other")
+COMM_THREADS = frozenset({"tp", "dp", "ep", "dp_ep"})
+TID_STRIDE = 1000  # tid = pid * TID_STRIDE + slot
+MAX_THREADS = TID_STRIDE - 1
+DEFAULT_RANK_LIMIT = 64  # above this many ranks, draw a readable subset unless --ranks says otherwise
+
+FLOW_NONE, FLOW_OUT, FLOW_IN, FLOW_STEP = 0, 1, 2, 3
+MAX_FLOW_ID = 2**53 - 1
+
+_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+
+
+@dataclass(slots=True)
+class Slice:
+    tid: int
+    start: int  # ns from the trace origin
+    end: int
+    name: str
+    args: dict[str, Any]  # shared between slices with the same args: never modify
+    flow: int = 0  # flow id, 0 = none
+    flow_dir: int = FLOW_NONE
+
+
+@dataclass(slots=True)
+class Thread:
+    tid: int
+    name: str
+    sort_index: int
+
+
+@dataclass(slots=True)
+class Process:
+    rank: int
+    pid: int
+    name: str
+    args: dict[str, Any]
+    threads: list[Thread] = field(default_factory=list)
+    slices: list[Slice] = field(default_factory=list)  # sorted by (start, -end): parents first
+
+
+@dataclass
+class Plan:
+    processes: list[Process]
+    origin_ns: int  # absolute time of ts 0 (trace.time_origin_ns + shift)
+    flow_count: int
+    drawn: list[int]  # ranks drawn
+    world: int  # ranks in the trace
+    metadata: dict[str, Any]
+
+    @property
+    def slice_count(self) -> int:
+        return sum(len(p.slices) for p in self.processes)
+
+
+# ---------------------------------------------------------------- small formatting helpers
+
+
+def format_bytes(size: int) -> str:
+    """`64 MiB`, `1.5 GiB`, `4096 B`: binary units, at most one decimal."""
+    for unit, suffix in _UNITS:
+        if size >= unit:
+            value = size / unit
+            text = f"{value:.1f}".removesuffix(".0")
+            return f"{text} {suffix}"
+    return f"{size} B"
+
+
+def compact_ranks(ranks) -> str:
+    """`96-103`, `0-3,8-11`, `68,76,84`: sorted ranks with consecutive runs merged."""
+    ranks = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def parse_ranks(spec: str, known: list[int]) -> list[int]:
+    """`0-15,1008` -> those ranks; `all` -> every rank. Unknown ranks are a usage error."""
+    spec = spec.strip()
+    if spec.lower() == "all":
+        return list(known)
+    chosen: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        lo, dash, hi = part.partition("-")
+        try:
+            first = int(lo)
+            last = int(hi) if dash else first
+        except ValueError:
+            raise UsageError(f"--ranks {spec}: cannot read {part!r}; expected e.g. 0-15,1008 or all") from None
+        if last < first:
+            raise UsageError(f"--ranks {spec}: range {part} runs backwards")
+        chosen.update(range(first, last + 1))
+    present = set(known)
+    missing = sorted(chosen - present)
+    if missing:
+        raise UsageError(
+            f"--ranks {spec}: no rank {compact_ranks(missing)} in this trace (it has ranks {compact_ranks(known)})"
+        )
+    return sorted(chosen)
+
+
+def clean_arg(value: Any) -> Any:
+    """A flat, typed, JSON-safe arg value, or None to drop it (nulls and NaN are not allowed)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+# ---------------------------------------------------------------- which ranks to draw
+
+
+def choose_ranks(trace: ExecutionTrace, options, diagnostics: Diagnostics) -> list[int]:
+    known = sorted(trace.ranks)
+    spec = getattr(options, "ranks", None) if options is not None else None
+    if spec:
+        return parse_ranks(spec, known)
+    if len(known) <= DEFAULT_RANK_LIMIT:
+        return known
+    subset, how = default_subset(trace)
+    diagnostics.warn(
+        "chrome-rank-subset",
+        f"drawing {len(subset)} of {len(known)} ranks ({compact_ranks(subset)}: {how}); "
+        "use --ranks all for every rank or --ranks 0-15,1008 to choose",
+    )
+    return subset
+
+
+def default_subset(trace: ExecutionTrace) -> tuple[list[int], str]:
+    """A readable subset and how it was chosen: the first rank's TP group plus the lowest
+    rank of each pipeline stage, or the first 64 ranks when the trace knows neither."""
+    known = sorted(trace.ranks)
+    first = known[0]
+    chosen: set[int] = {first}
+    parts = []
+    for group in sorted(trace.groups.values(), key=lambda g: g.id):
+        if group.kind == "tp" and first in group.members:
+            chosen.update(r for r in group.members if r in trace.ranks)
+            parts.append(f"rank {first}'s tp group")
+            break
+    seen_stages: set[int] = set()
+    for r in known:
+        stage = trace.ranks[r].stage
+        if stage is not None and stage not in seen_stages:
+            seen_stages.add(stage)
+            chosen.add(r)
+    if seen_stages:
+        parts.append("the first rank of each pipeline stage")
+    if len(chosen) == 1:
+        return known[:DEFAULT_RANK_LIMIT], f"the first {DEFAULT_RANK_LIMIT} ranks"
+    return sorted(chosen), " and ".join(parts)
+
+
+# ---------------------------------------------------------------- the plan
+
+
+@contextlib.contextmanager
+def paused_gc():
+    """Pause the cyclic GC while building or writing a plan.
+
+    A plan is millions of small objects without cycles; the GC would rescan all of them on
+    every few thousand allocations, which makes a large trace several times slower.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def plan_trace(
+    trace: ExecutionTrace,
+    options=None,
+    diagnostics: Diagnostics | None = None,
+    timeline: Timeline | None = None,
+) -> Plan:
+    diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+    if timeline is None:
+        timeline = timeline_for(trace, options)
+    drawn = choose_ranks(trace, options, diagnostics)
+    shift = min((min(s) for s in timeline.starts.values() if s), default=0)
+    planner = _Planner(trace, timeline, shift, diagnostics)
+    with paused_gc():
+        processes = [planner.place_rank(trace.ranks[r]) for r in drawn]
+        flow_count = planner.assign_flows()
+    return Plan(
+        processes=processes,
+        origin_ns=trace.time_origin_ns + shift,
+        flow_count=flow_count,
+        drawn=drawn,
+        world=len(trace.ranks),
+        metadata=output_metadata(trace, timeline, trace.time_origin_ns + shift, drawn),
+    )
+
+
+def output_metadata(trace: ExecutionTrace, timeline: Timeline, origin_ns: int, drawn: list[int]) -> dict[str, Any]:
+    """STYLE.md "Output metadata"."""
+    from .. import __version__
+
+    meta: dict[str, Any] = {
+        "et_convert.version": __version__,
+        "source.format": trace.source.format,
+        "source.files": list(trace.source.files),
+        "source.sha256": trace.source.sha256,
+        "units": dict(trace.units),
+        "parallel": trace.parallel.as_dict(),
+        "timing": timeline.kind,
+    }
+    if timeline.kind == "scheduled":
+        meta["network"] = timeline.parameters
+    meta["time_origin_ns"] = origin_ns
+    meta["assumptions"] = list(trace.assumptions)
+    meta["ranks_drawn"] = compact_ranks(drawn)
+    if timeline.summary:
+        meta["summary"] = timeline.summary
+    if trace.metadata:
+        meta["details"] = trace.metadata
+    return meta
+
+
+class _Template:
+    """What a node list looks like on every rank that runs it (ranks may share one list).
+
+    Rank-specific parts (group labels, peers, the stage, collective threads, times) are
+    filled in per rank; everything else is computed once per list.
+    """
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+        n = len(nodes)
+        self.names: list[str | None] = [None] * n  # None: depends on the rank (comm node without a name)
+        self.base_args: list[dict[str, Any]] = [node_args(node) for node in nodes]
+        self.threads: list[str | None] = [None] * n  # None: a collective's thread follows its group kind
+        # comm nodes keyed by what a rank remaps: the group id; (kind, peer, tag) for send/recv
+        self.collectives: dict[int | None, list[int]] = {}
+        self.p2p: dict[tuple, list[int]] = {}
+        for i, node in enumerate(nodes):
+            kind = node.kind
+            if kind == NodeKind.COLLECTIVE:
+                self.collectives.setdefault(node.group, []).append(i)
+                self.threads[i] = node.stream or None
+                if node.name:
+                    self.names[i] = comm_name(node.name, node.size)
+            elif kind == NodeKind.SEND or kind == NodeKind.RECV:
+                self.p2p.setdefault((kind, node.peer, node.tag), []).append(i)
+                self.threads[i] = node.stream or ("pp send" if kind == NodeKind.SEND else "pp recv")
+                if node.name:
+                    self.names[i] = comm_name(node.name, node.size)
+            else:
+                self.threads[i] = node.stream or "compute"
+                self.names[i] = node.name or f"node {node.id}"
+        self.parents = parent_positions(nodes)
+        self.has_parents = any(p >= 0 for p in self.parents)
+        self.stage_args: dict[int | None, list[dict[str, Any]]] = {}
+        # args with the rank-specific part merged in, shared by ranks that map to the same values
+        self.coll_args: dict[tuple, list[dict[str, Any]]] = {}  # (stage, raw group, group) -> per position
+        self.p2p_args: dict[tuple, dict[str, Any]] = {}  # (stage, index, peer, group) -> args
+        self.lanes_cache: tuple | None = None  # (starts, ends, bases, order, lane_of, lanes) of the last rank
+
+    def args_with_stage(self, stage: int | None) -> list[dict[str, Any]]:
+        """Rank-independent args plus the stage (shared by every rank of that stage)."""
+        found = self.stage_args.get(stage)
+        if found is None:
+            found = self.base_args if stage is None else [{**base, "stage": stage} for base in self.base_args]
+            self.stage_args[stage] = found
+        return found
+
+
+def _remap(items: dict, remap) -> dict:
+    """Re-key `items` (key -> node indices) for one rank; keys that merge keep program order."""
+    out: dict = {}
+    for key, positions in items.items():
+        mapped = remap(key)
+        if mapped in out:
+            out[mapped] = sorted(out[mapped] + positions)
+        else:
+            out[mapped] = positions
+    return out
+
+
+class _Planner:
+    def __init__(self, trace: ExecutionTrace, timeline: Timeline, shift: int, diagnostics: Diagnostics):
+        self.trace = trace
+        self.timeline = timeline
+        self.shift = shift
+        self.diagnostics = diagnostics
+        self.group_thread: dict[int | None, str] = {}
+        self.group_extra: dict[int | None, dict[str, Any]] = {}  # group and members args of a group
+        self.templates: dict[int, _Template] = {}  # id(node list) -> template
+        # comm slices for flows, filled by place_rank in program order
+        self.sends: dict[tuple, list[Slice]] = {}  # (src, dst, tag) -> sends
+        self.recvs: dict[tuple, list[Slice]] = {}  # (src, dst, tag) -> receives
+        self.instances: dict[int | None, list[list[Slice]]] = {}  # group -> k -> slices of the k-th collective
+
+    def template(self, nodes) -> _Template:
+        found = self.templates.get(id(nodes))
+        if found is None or found.nodes is not nodes:
+            found = self.templates[id(nodes)] = _Template(nodes)
+        return found
+
+    # -- per rank
+
+    def place_rank(self, rank: Rank) -> Process:
+        pid = rank.rank + 1
+        nodes = rank.nodes
+        starts = self.timeline.starts.get(rank.rank)
+        ends = self.timeline.ends.get(rank.rank)
+        if starts is None or ends is None or len(starts) != len(nodes) or len(ends) != len(nodes):
+            raise ValueError(f"timeline has no times for rank {rank.rank}'s {len(nodes)} nodes")
+        tpl = self.template(nodes)
+        gmap, pmap = rank.group_map, rank.peer_map
+        collectives = tpl.collectives
+        if gmap is not None:
+            collectives = _remap(collectives, lambda g: g if g is None else gmap.get(g, g))
+        p2p = tpl.p2p
+        if pmap is not None:
+            p2p = _remap(p2p, lambda key: (key[0], key[1] if key[1] is None else pmap.get(key[1], key[1]), key[2]))
+        bases = self.base_threads(tpl, collectives)
+        order, lane_of, lanes = self.lanes(tpl, starts, ends, bases)
+        threads, tid_of = threads_for(pid, lanes)
+        args = self.rank_args(tpl, rank, p2p)
+        names = tpl.names
+        if None in names:  # comm nodes without a name: named from this rank's group or peer
+            names = [name if name is not None else slice_name(self.trace, rank, node) for name, node in zip(names, nodes)]
+        if any(map(operator.lt, ends, starts)):  # a negative duration is drawn as zero
+            ends = [max(s, e) for s, e in zip(starts, ends)]
+        tids = [tid_of[lane] for lane in lane_of]
+        shift = self.shift
+        drawn = [Slice(tids[i], starts[i] - shift, ends[i] - shift, names[i], args[i]) for i in order]
+        if order == list(range(len(order))):
+            slices = drawn
+        else:
+            slices = [None] * len(nodes)  # type: ignore[list-item]
+            for i, sl in zip(order, drawn):
+                slices[i] = sl
+        self.collect_comm(rank.rank, slices, collectives, p2p)
+        return Process(
+            rank=rank.rank,
+            pid=pid,
+            name=rank.label,
+            args={"rank": rank.rank, **{k: v for k, v in sorted(rank.coords.items())}},
+            threads=threads,
+            slices=drawn,
+        )
+
+    def base_threads(self, tpl: _Template, collectives: dict) -> list[str]:
+        bases = list(tpl.threads)
+        for gid, positions in collectives.items():
+            thread = self.group_thread.get(gid)
+            if thread is None:
+                kind = self.trace.group_kind(gid)
+                thread = self.group_thread[gid] = kind if kind in COMM_THREADS else "other"
+            for i in positions:
+                if bases[i] is None:
+                    bases[i] = thread
+        return bases  # type: ignore[return-value]
+
+    def lanes(self, tpl: _Template, starts: list[int], ends: list[int], bases: list[str]):
+        """Drawing order and (thread, lane) of every node; reused by ranks with the same times."""
+        cached = tpl.lanes_cache
+        if cached is not None and cached[0] is starts and cached[1] is ends and cached[2] == bases:
+            return cached[3], cached[4], cached[5]
+        order = drawing_order(starts, ends, tpl.parents, tpl.has_parents)
+        parents = tpl.parents
+        lanes: dict[str, list[list[int]]] = {}  # base thread -> stack of open end times per lane
+        lane_of: list[tuple[str, int]] = [None] * len(starts)  # type: ignore[list-item]
+        for i in order:
+            start = starts[i]
+            end = ends[i]
+            if end < start:
+                end = start
+            placed = None
+            p = parents[i]
+            if p >= 0 and lane_of[p] is not None and starts[p] <= start and end <= max(ends[p], starts[p]):
+                base, k = lane_of[p]
+                if _fits(lanes[base][k], start, end):
+                    placed = lane_of[p]
+            if placed is None:
+                base = bases[i]
+                stacks = lanes.get(base)
+                if stacks is None:
+                    stacks = lanes[base] = [[end]]
+                    placed = (base, 0)
+                else:
+                    placed = _place(stacks, base, start, end)
+            lane_of[i] = placed
+        tpl.lanes_cache = (starts, ends, bases, order, lane_of, lanes)
+        return order, lane_of, lanes
+
+    # -- args
+
+    def rank_args(self, tpl: _Template, rank: Rank, p2p: dict) -> list[dict[str, Any]]:
+        """Args of every node on this rank.
+
+        The node's own args (with the stage) plus what depends on the rank: group and members
+        for collectives, peer and group for sends and receives. Equal args are one shared
+        dict: ranks of one group reuse the same dicts, and the Perfetto writer encodes each
+        distinct one once.
+        """
+        stage = rank.stage
+        args = tpl.args_with_stage(stage)
+        out = list(args)
+        gmap = rank.group_map
+        for raw, positions in tpl.collectives.items():
+            gid = raw if gmap is None or raw is None else gmap.get(raw, raw)
+            key = (stage, raw, gid)
+            shared = tpl.coll_args.get(key)
+            if shared is None:
+                extra = self.group_extra.get(gid)
+                if extra is None:
+                    extra = self.group_extra[gid] = dict(zip(("group", "members"), self.group_strings(gid)))
+                shared = tpl.coll_args[key] = [{**args[i], **extra} for i in positions]  # rank-specific keys win
+            for i, merged in zip(positions, shared):
+                out[i] = merged
+        nodes = rank.nodes
+        for (_, peer, _), positions in p2p.items():
+            for i in positions:
+                gid = rank.group_of(nodes[i])
+                key = (stage, i, peer, gid)
+                merged = tpl.p2p_args.get(key)
+                if merged is None:
+                    extra = {}
+                    if peer is not None:
+                        extra["peer"] = peer
+                    if gid is not None:
+                        extra["group"] = self.group_strings(gid)[0]
+                    merged = tpl.p2p_args[key] = {**args[i], **extra}
+                out[i] = merged
+        return out
+
+    def group_strings(self, gid: int | None) -> tuple[str, str]:
+        group = self.trace.groups.get(gid) if gid is not None else None
+        if group is None:
+            return ("world" if gid is None else f"group#{gid}", compact_ranks(self.trace.ranks) if gid is None else "")
+        return group.label, compact_ranks(group.members)
+
+    # -- flows
+
+    def collect_comm(self, r: int, slices: list[Slice], collectives: dict, p2p: dict) -> None:
+        """Remember this rank's collective instances, sends and receives, in program order."""
+        for gid, positions in collectives.items():
+            instances = self.instances.get(gid)
+            if instances is None:
+                instances = self.instances[gid] = []
+            have = len(instances)
+            for k, i in enumerate(positions):
+                if k < have:
+                    instances[k].append(slices[i])
+                else:
+                    instances.append([slices[i]])
+        for (kind, peer, tag), positions in p2p.items():
+            if kind == NodeKind.SEND:
+                self.sends[(r, peer, tag)] = [slices[i] for i in positions]
+            else:
+                self.recvs[(peer, r, tag)] = [slices[i] for i in positions]
+
+    def assign_flows(self) -> int:
+        """Flow ids and directions on the collected comm slices (all between drawn ranks)."""
+        next_id = 1
+        for key, sends in self.sends.items():
+            recvs = self.recvs.get(key)
+            if not recvs:
+                continue
+            for send, recv in zip(sends, recvs):
+                first, second = (send, recv) if (send.start, send.tid) <= (recv.start, recv.tid) else (recv, send)
+                first.flow, first.flow_dir = next_id, FLOW_OUT
+                second.flow, second.flow_dir = next_id, FLOW_IN
+                next_id += 1
+        for instances in self.instances.values():
+            for members in instances:
+                if len(members) < 2:
+                    continue
+                # by entry time, then rank (tids grow with the rank)
+                members.sort(key=_entry_key)
+                last = len(members) - 1
+                for j, sl in enumerate(members):
+                    sl.flow = next_id
+                    sl.flow_dir = FLOW_OUT if j == 0 else FLOW_IN if j == last else FLOW_STEP
+                next_id += 1
+        if next_id > MAX_FLOW_ID:
+            raise ValueError("more than 2^53 flows")
+        return next_id - 1
+
+
+def _entry_key(sl: Slice) -> tuple[int, int]:
+    return sl.start, sl.tid
+
+
+def threads_for(pid: int, lanes: dict[str, list]) -> tuple[list[Thread], dict[tuple[str, int], int]]:
+    """Threads of one process in the documented order, with tids pid * 1000 + slot."""
+    known = [b for b in THREAD_ORDER if b in lanes]
+    extra = sorted(b for b in lanes if b not in THREAD_ORDER)
+    threads: list[Thread] = []
+    tid_of: dict[tuple[str, int], int] = {}
+    for base in known + extra:
+        for k in range(len(lanes[base])):
+            slot = len(threads) + 1
+            if slot > MAX_THREADS:
+                raise ValueError(f"rank {pid - 1} needs more than {MAX_THREADS} threads")
+            tid = pid * TID_STRIDE + slot
+            threads.append(Thread(tid, base if k == 0 else f"{base} {k + 1}", slot))
+            tid_of[(base, k)] = tid
+    return threads, tid_of
+
+
+def parent_positions(nodes) -> list[int]:
+    """Index of each node's parent in `nodes`, or -1."""
+    if not any(n.parent is not None for n in nodes):
+        return [-1] * len(nodes)
+    index = {n.id: i for i, n in enumerate(nodes)}
+    return [index.get(n.parent, -1) if n.parent is not None else -1 for n in nodes]
+
+
+def drawing_order(starts: list[int], ends: list[int], parents: list[int], has_parents: bool) -> list[int]:
+    """Node indices by (start, longest first, parents before sub-ops, program order)."""
+    n = len(starts)
+    if not has_parents and all(map(operator.lt, starts, islice(starts, 1, None))):
+        return list(range(n))  # already strictly by start: the common case for scheduled traces
+    return sorted(range(n), key=lambda i: (starts[i], starts[i] - ends[i], parents[i] >= 0, i))
+
+
+def _fits(stack: list[int], start: int, end: int) -> bool:
+    """Push [start, end] on a lane if it nests; slices arrive sorted by (start, -end)."""
+    while stack and stack[-1] <= start:
+        stack.pop()
+    if stack and end > stack[-1]:
+        return False
+    stack.append(end)
+    return True
+
+
+def _place(lane_stacks: list[list[int]], base: str, start: int, end: int) -> tuple[str, int]:
+    for k, stack in enumerate(lane_stacks):
+        if _fits(stack, start, end):
+            return base, k
+    lane_stacks.append([end])
+    return base, len(lane_stacks) - 1
+
+
+def slice_name(trace: ExecutionTrace, rank: Rank, node) -> str:
+    """What ran: the node's name, with the size for communication (`all_reduce tp 64 MiB`)."""
+    name = node.name
+    kind = node.kind
+    if kind == NodeKind.COLLECTIVE:
+        if not name:
+            coll = node.coll.name.lower() if node.coll is not None else "collective"
+            name = f"{coll} {trace.group_kind(rank.group_of(node)) or 'group'}"
+    elif kind == NodeKind.SEND:
+        name = name or f"send to {rank.peer_of(node)}"
+    elif kind == NodeKind.RECV:
+        name = name or f"recv from {rank.peer_of(node)}"
+    else:
+        return name or f"node {node.id}"
+    return comm_name(name, node.size)
+
+
+def comm_name(name: str, size: int) -> str:
+    return f"{name} {format_bytes(size)}" if size > 0 else name
+
+
+def node_args(node) -> dict[str, Any]:
+    """Args that are the same for every rank sharing this node."""
+    args: dict[str, Any] = {"node": node.id}
+    if node.is_comm:
+        args["bytes"] = node.size
+        if node.coll is not None:
+            args["op"] = node.coll.name.lower()
+        if node.tag is not None:
+            args["tag"] = node.tag
+    if node.microbatch is not None:
+        args["microbatch"] = node.microbatch
+    if node.source:
+        args["source"] = node.source
+    for key, value in node.args.items():
+        if key in args:
+            continue
+        value = clean_arg(value)
+        if value is not None:
+            args[str(key)] = value
+    return args

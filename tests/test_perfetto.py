@@ -1,0 +1,205 @@
+"""Native Perfetto writer: parse the .pftrace back with the same schema and compare with the JSON."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import orjson
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from converters.diagnostics import Diagnostics
+from converters.options import Options
+from converters.writers import chrome, perfetto
+from test_chrome import big_trace, small_trace
+
+BEGIN, END = pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_SLICE_END
+
+
+def both(tmp_path, trace_factory=small_trace, **options):
+    pf, js = tmp_path / "t.pftrace", tmp_path / "t.json"
+    perfetto.write(trace_factory(), pf, Options(**options), Diagnostics())
+    chrome.write(trace_factory(), js, Options(**options), Diagnostics())
+    trace = pb.Trace()
+    trace.ParseFromString(pf.read_bytes())
+    return trace, orjson.loads(js.read_bytes())
+
+
+def decoded(trace: pb.Trace):
+    """(names by iid, arg names by iid, track descriptors by uuid, track events with their packets)."""
+    names, arg_names, tracks, events = {}, {}, {}, []
+    for packet in trace.packet:
+        if packet.HasField("interned_data"):
+            names.update({e.iid: e.name for e in packet.interned_data.event_names})
+            arg_names.update({e.iid: e.name for e in packet.interned_data.debug_annotation_names})
+        if packet.HasField("track_descriptor"):
+            tracks[packet.track_descriptor.uuid] = packet.track_descriptor
+        if packet.HasField("track_event"):
+            events.append(packet)
+    return names, arg_names, tracks, events
+
+
+def test_same_slices_names_and_flows_as_json(tmp_path):
+    trace, obj = both(tmp_path)
+    names, _, tracks, events = decoded(trace)
+    x = [e for e in obj["traceEvents"] if e["ph"] == "X"]
+    begins = [p.track_event for p in events if p.track_event.type == BEGIN]
+    ends = [p.track_event for p in events if p.track_event.type == END]
+    assert len(begins) == len(ends) == len(x) == 28
+    assert Counter(names[b.name_iid] for b in begins) == Counter(e["name"] for e in x)
+    json_starts = sum(1 for e in x if e.get("flow_out"))
+    json_ends = sum(1 for e in x if e.get("flow_in") and not e.get("flow_out"))
+    assert sum(len(b.flow_ids) for b in begins) == sum(1 for e in x if e.get("flow_out")) == json_starts
+    assert sum(len(b.terminating_flow_ids) for b in begins) == json_ends == 10
+    # same threads: one descriptor per JSON thread, with the same tid and name
+    json_threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in obj["traceEvents"] if e["name"] == "thread_name"}
+    pf_threads = {(t.thread.pid, t.thread.tid): t.thread.thread_name for t in tracks.values() if t.HasField("thread")}
+    assert pf_threads == json_threads
+    pf_processes = {t.process.pid: t.process.process_name for t in tracks.values() if t.HasField("process")}
+    assert pf_processes == {1: "rank 0 · stage 0", 2: "rank 1 · stage 0", 3: "rank 2 · stage 1", 4: "rank 3 · stage 1"}
+
+
+def test_slices_nest_per_track_and_times_are_sorted(tmp_path):
+    trace, obj = both(tmp_path)
+    _, _, tracks, events = decoded(trace)
+    stamps = [p.timestamp for p in events]
+    assert stamps == sorted(stamps)
+    open_per_track = defaultdict(int)
+    for p in events:
+        uuid = p.track_event.track_uuid
+        assert uuid in tracks
+        open_per_track[uuid] += 1 if p.track_event.type == BEGIN else -1
+        assert open_per_track[uuid] >= 0
+    assert set(open_per_track.values()) == {0}
+    # a begin and its end give the same ns span as the JSON slice
+    spans = []
+    stacks = defaultdict(list)
+    for p in events:
+        ev = p.track_event
+        if ev.type == BEGIN:
+            stacks[ev.track_uuid].append(p.timestamp)
+        else:
+            spans.append((ev.track_uuid, stacks[ev.track_uuid].pop(), p.timestamp))
+    x = [(e["tid"], round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in obj["traceEvents"] if e["ph"] == "X"]
+    assert sorted(spans) == sorted(x)
+
+
+def test_args_are_debug_annotations(tmp_path):
+    trace, _ = both(tmp_path)
+    names, arg_names, _, events = decoded(trace)
+    ar = next(p.track_event for p in events if p.track_event.type == BEGIN and names[p.track_event.name_iid] == "all_reduce tp 64 MiB")
+    args = {}
+    for a in ar.debug_annotations:
+        kind = a.WhichOneof("value")
+        args[arg_names[a.name_iid]] = getattr(a, kind)
+    assert args["bytes"] == 64 << 20
+    assert args["group"] == "tp#1"
+    assert args["members"] == "0-1"
+    assert args["source"] == "made.log:4"
+    fwd = next(p.track_event for p in events if p.track_event.type == BEGIN and names[p.track_event.name_iid] == "forward mb0")
+    kinds = {arg_names[a.name_iid]: a.WhichOneof("value") for a in fwd.debug_annotations}
+    assert kinds["flops"] == "double_value" and kinds["shape"] == "string_value" and kinds["microbatch"] == "int_value"
+
+
+def test_interned_state_and_sequence(tmp_path):
+    trace, _ = both(tmp_path)
+    first = trace.packet[0]
+    assert first.sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    assert {p.trusted_packet_sequence_id for p in trace.packet} == {1}
+    for p in trace.packet:
+        if p.HasField("track_event"):
+            assert p.sequence_flags == pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+
+
+def test_deterministic_bytes(tmp_path):
+    a, b = tmp_path / "a.pftrace", tmp_path / "b.pftrace"
+    perfetto.write(small_trace(), a, Options(), Diagnostics())
+    perfetto.write(small_trace(), b, Options(), Diagnostics())
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_rank_subset_matches_json(tmp_path):
+    trace, obj = both(tmp_path, big_trace)
+    _, _, tracks, events = decoded(trace)
+    pids = {t.process.pid for t in tracks.values() if t.HasField("process")}
+    assert pids == {e["pid"] for e in obj["traceEvents"] if e["ph"] == "X"}
+    assert len(pids) == 23
+    flows = sum(len(p.track_event.flow_ids) + len(p.track_event.terminating_flow_ids) for p in events)
+    assert flows == sum(1 for e in obj["traceEvents"] if "bind_id" in e) == 8
+
+
+def test_api_write_picks_perfetto_by_suffix(tmp_path):
+    from converters.api import write
+
+    write(small_trace(), tmp_path / "x.pftrace")
+    trace = pb.Trace()
+    trace.ParseFromString((tmp_path / "x.pftrace").read_bytes())
+    assert sum(1 for p in trace.packet if p.HasField("track_event")) == 56
+
+
+# ---------------------------------------------------------------- random traces
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from converters.model import CollType, ExecutionTrace, Node, NodeKind, Rank  # noqa: E402
+from converters.validate.chrome_rules import check_chrome_trace  # noqa: E402
+
+KINDS = [NodeKind.COMPUTE, NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV]
+
+
+@st.composite
+def random_trace(draw):
+    """2-3 ranks of up to 12 ops with random (often overlapping, often equal) times."""
+    trace = ExecutionTrace()
+    trace.timing = "measured"
+    ranks = draw(st.integers(2, 3))
+    group = trace.add_group("tp", list(range(ranks)))
+    for r in range(ranks):
+        nodes = []
+        for i in range(draw(st.integers(0, 12))):
+            kind = draw(st.sampled_from(KINDS))
+            start = draw(st.integers(0, 40)) * 250
+            duration = draw(st.integers(0, 8)) * 250 + draw(st.sampled_from([0, 1, 999]))
+            parent = draw(st.one_of(st.none(), st.integers(1, i))) if i else None
+            node = Node(i + 1, f"op{i}", kind, duration_ns=duration, start_ns=start, parent=parent, size=4)
+            if kind == NodeKind.COLLECTIVE:
+                node.coll, node.group = CollType.ALL_REDUCE, group.id
+            elif kind in (NodeKind.SEND, NodeKind.RECV):
+                node.peer, node.tag = (r + 1) % ranks, 0
+            nodes.append(node)
+        trace.ranks[r] = Rank(r, nodes=nodes)
+    return trace
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_trace())
+def test_random_traces_nest_and_agree(tmp_path_factory, trace):
+    tmp = tmp_path_factory.mktemp("random")
+    js, pf = tmp / "t.json", tmp / "t.pftrace"
+    chrome.write(trace, js, Options(), Diagnostics())
+    perfetto.write(trace, pf, Options(), Diagnostics())
+    obj = orjson.loads(js.read_bytes())
+    assert check_chrome_trace(obj) == []
+    parsed = pb.Trace()
+    parsed.ParseFromString(pf.read_bytes())
+    _, _, _, events = decoded(parsed)
+    stacks = defaultdict(list)
+    spans = []
+    last_ts = -1
+    for p in events:
+        assert p.timestamp >= last_ts
+        last_ts = p.timestamp
+        ev = p.track_event
+        if ev.type == BEGIN:
+            stacks[ev.track_uuid].append(p.timestamp)
+        else:
+            start = stacks[ev.track_uuid].pop()
+            # a slice ends inside the slice it was opened in
+            assert all(start >= outer for outer in stacks[ev.track_uuid])
+            spans.append((ev.track_uuid, start, p.timestamp))
+    assert all(not s for s in stacks.values())
+    x = [(e["tid"], round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in obj["traceEvents"] if e["ph"] == "X"]
+    assert sorted(spans) == sorted(x)
+    flows_pf = sum(len(p.track_event.flow_ids) + len(p.track_event.terminating_flow_ids) for p in events)
+    assert flows_pf == sum(1 for e in obj["traceEvents"] if "bind_id" in e)

@@ -1,0 +1,93 @@
+"""`et-convert stats`: the JSON contract, the text table, network files, deadlocks."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from helpers.scheduler_synth import coll, compute, recv, trace_of
+
+from converters.diagnostics import Diagnostics
+from converters.model import CollType
+from converters.options import Options
+
+
+def test_json_contract(cli, samples):
+    done = cli("stats", samples / "chakra_data", "--json")
+    assert done.code == 0, done.stderr
+    stats = orjson.loads(done.stdout)
+    assert stats["timing"] == "scheduled"
+    assert set(stats["ranks"]) == {"0", "1", "2", "3"}
+    for row in stats["ranks"].values():
+        assert set(row) >= {"finish_ns", "compute_ns", "exposed_comm_ns", "idle_ns"}
+        assert row["finish_ns"] == row["compute_ns"] + row["exposed_comm_ns"] + row["idle_ns"]
+    assert stats["iteration_time_ns"] == max(r["finish_ns"] for r in stats["ranks"].values())
+    # The reference DATA workload: 45.8 ms of compute per rank, wg all-reduces over all ranks.
+    assert stats["ranks"]["0"]["compute_ns"] == 45_800_000
+    assert stats["comm"]["all"]["ops"] == 16
+
+
+def test_network_file_and_overrides_change_the_result(cli, samples):
+    base = orjson.loads(cli("stats", samples / "chakra_data", "--json").stdout)
+    astra = cli("stats", samples / "chakra_data", "--json", "--network", samples / "network_astra_ring8.toml")
+    assert astra.code == 0, astra.stderr
+    astra = orjson.loads(astra.stdout)
+    assert astra["network"]["source"] == "network_astra_ring8.toml"
+    assert astra["network"]["dp"]["chunks"] == 4
+    assert astra["iteration_time_ns"] != base["iteration_time_ns"]
+    slow = orjson.loads(cli("stats", samples / "chakra_data", "--json", "--net", "bandwidth_gbps=1").stdout)
+    assert slow["iteration_time_ns"] > base["iteration_time_ns"]
+
+
+def test_text_table(cli, samples):
+    done = cli("stats", samples / "chakra_data")
+    assert done.code == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("iteration time  46.076 ms  (scheduled, 4 ranks)")
+    assert "0-3 " in out  # identical ranks share a row
+    assert "critical path" in out and "COMP_NODE_mlp_FWD" in out
+
+
+def test_bad_network_file_is_one_line_exit_2(cli, samples, tmp_path):
+    bad = tmp_path / "n.toml"
+    bad.write_text("[default]\nchunks = 0\n")
+    done = cli("stats", samples / "chakra_data", "--network", bad)
+    assert done.code == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"et-convert: error: {bad}:2: [default] chunks must be a whole number of at least 1, found 0")
+
+
+def test_deadlock_is_an_error_not_a_traceback(monkeypatch, capsys):
+    from converters import stats
+
+    trace = trace_of({0: [coll(0, CollType.ALL_REDUCE, 10)], 1: [compute(0, 5)], 2: [recv(0, src=1, size=4)]})
+    monkeypatch.setattr("converters.api.read", lambda *a, **k: trace)
+    from converters.scheduler import Deadlock
+
+    with pytest.raises(Deadlock, match="rank 0 waits in all ranks seq 0 ALL_REDUCE"):
+        stats.run([], "auto", Options(), Diagnostics(), as_json=True)
+
+
+def test_measured_timelines_are_summarised_too():
+    from converters.stats import stats_of
+    from converters.timeline import measured_timeline
+
+    trace = trace_of({0: [compute(0, 100), coll(1, CollType.ALL_REDUCE, 10)]})
+    trace.timing = "measured"
+    trace.ranks[0].nodes[0].start_ns = 0
+    trace.ranks[0].nodes[1].start_ns = 50
+    trace.ranks[0].nodes[1].duration_ns = 100
+    stats = stats_of(trace, measured_timeline(trace))
+    assert stats["timing"] == "measured"
+    assert stats["ranks"]["0"] == {"finish_ns": 150, "compute_ns": 100, "exposed_comm_ns": 50, "idle_ns": 0}
+
+
+def test_deadlock_through_the_cli(cli, tmp_path):
+    from converters.api import write
+
+    trace = trace_of({0: [coll(0, CollType.ALL_REDUCE, 10, name="grad sync")], 1: [compute(0, 5)]})
+    write(trace, tmp_path / "w", to="chakra", options=Options(force=True))  # the validator would refuse it
+    done = cli("stats", tmp_path)
+    assert done.code == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        'et-convert: error: deadlock · rank 0 waits in all ranks seq 0 ALL_REDUCE (node 0 "grad sync") '
+        "for rank 1 · rank 1 finished without issuing it")
