@@ -22,14 +22,17 @@ def jobs(out: Path) -> list[list[str]]:
     jobs = [
         [str(s / "simai_tp8_pp16_1024gpu.txt"), "-o", str(out / "simai_tp8_pp16_1024gpu.json")],
         [str(s / "simai_tp8_pp16_1024gpu.txt"), "--to", "chakra", "-o", str(out / "simai" / "workload")],
-        [str(s / "neusight_gpt2_block.tsv"), "-o", str(out / "neusight_gpt2_block.json")],
-        [str(s / "neusight_gpt2_block.tsv"), "--to", "chakra", "-o", str(out / "neusight" / "workload")],
+        ["validate", str(out / "simai")],
+        [str(s / "neusight_gpt2_block.tsv"), "--dp", "8", "-o", str(out / "neusight_gpt2_block.json")],
+        [str(s / "neusight_gpt2_block.tsv"), "--dp", "8", "--to", "chakra", "-o", str(out / "neusight" / "workload")],
         [str(s / "megatron_rank4_pp_tp2.log"), "-o", str(out / "megatron_rank4_pp_tp2.json")],
         [str(s / "megatron_rank4_pp_tp2.log"), "--to", "chakra", "-o", str(out / "megatron_rank4" / "workload")],
         [str(s / "megatron_rank2_moe_scaling.log"), "-o", str(out / "megatron_rank2_moe_scaling.json")],
         [str(s / "optimusprime_llama1b_pp8.log"), "-o", str(out / "optimusprime_llama1b_pp8.json")],
         [str(s / "optimusprime_llama1b_pp8.log"), "--to", "chakra", "-o", str(out / "optimus" / "workload")],
     ]
+    for workload in sorted((s / "workloads").glob("astra_*.txt")):
+        jobs.append([str(workload), "--num-npus", "8", "-o", str(out / "workloads" / f"{workload.stem}.json")])
     for chakra_set in sorted(p for p in s.glob("chakra_*") if p.is_dir()):
         jobs.append([str(chakra_set), "-o", str(out / f"{chakra_set.name}.json")])
         jobs.append([str(chakra_set), "--to", "et-json", "-o", str(out / f"{chakra_set.name}.et.json")])
@@ -48,7 +51,7 @@ def main(argv: list[str]) -> int:
         status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
         print(f"{status:>4}  {seconds:5.2f} s  {shown}", flush=True)
         failed += done.returncode != 0
-    print(f"\n{len(jobs(out)) - failed} conversions written to {out}/; open the .json files in https://ui.perfetto.dev")
+    print(f"\n{len(jobs(out)) - failed} of {len(jobs(out))} jobs done; outputs in {out}/ (open the .json files in https://ui.perfetto.dev)")
     return 1 if failed else 0
 
 
