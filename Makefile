@@ -21,9 +21,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-## bench: speed and memory against chakra_converter, printed as ratios
+## bench: speed and memory against chakra_converter, printed as ratios; then the scheduler's growth
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/bench_scheduler.py
 
 ## proto: regenerate converters/_proto/et_def_pb2.py from schemas/et_def.proto
 # grpcio-tools 1.74.0 bundles the protoc of protobuf 6.31.1, the version mlc-chakra 1.0.0 was built with.

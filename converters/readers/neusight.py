@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..diagnostics import InputError, at
+from .text import read_lines
 
 COLUMNS = (
     "name", "forward_compute_time", "forward_comm_type", "forward_comm_size", "backward_compute_time",
@@ -48,16 +49,7 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 def parse(path: Path) -> list[NeuRow]:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(str(path), f"cannot read: {e.strerror}") from None
-    try:
-        text = data.decode("utf-8-sig")  # a byte-order mark is not part of the text
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise InputError(at(str(path), line), f"byte {e.start} is not UTF-8 text (0x{data[e.start]:02x})") from None
-    lines = text.splitlines()
+    lines = read_lines(path)
     name = str(path)
     if not lines or lines[0].split("\t") != list(COLUMNS):
         found = lines[0].split("\t") if lines else []

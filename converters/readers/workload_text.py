@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..diagnostics import Diagnostics, InputError, at
+from .text import read_lines
 
 POLICIES = (
     "MICRO", "DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_TRANSFORMER",
@@ -31,6 +32,8 @@ COLUMNS = (
 SIMAI_KEYS = ("all_gpus", "pp", "ga", "ep", "vpp", "pp_comm")
 INT_KEYS = ("model_parallel_NPU_group", "all_gpus", "pp", "ga", "ep", "vpp", "DLRM_LAST_BOTTOM_LAYER")
 LIST_KEYS = ("checkpoints", "checkpoint_initiates")  # count, then that many row indices
+# Times and sizes end up in int64 fields of Chakra nodes; a larger number is a broken file.
+MAX_NUMBER = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,23 +117,9 @@ def sniff_astra(head: bytes, path: Path) -> bool:
 # ---------------------------------------------------------------- parsing
 
 
-def read_text(path: Path) -> list[str]:
-    """The file's lines; undecodable bytes are an error at their line."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(str(path), f"cannot read: {e.strerror}") from None
-    try:
-        text = data.decode("utf-8-sig")  # a byte-order mark is not part of the text
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise InputError(at(str(path), line), f"byte {e.start} is not UTF-8 text (0x{data[e.start]:02x})") from None
-    return text.splitlines()
-
-
 def parse(path: Path, dialect: str, diagnostics: Diagnostics) -> Workload:
     """Parse a workload file (`dialect` "simai" or "astra") into a `Workload`."""
-    lines = read_text(path)
+    lines = read_lines(path)
     name = str(path)
     numbered = [(i + 1, line.split()) for i, line in enumerate(lines) if line.strip()]
     if not numbered:
@@ -194,7 +183,7 @@ def _header_int(where: str, key: str, tokens: list[str], i: int) -> int:
     value = tokens[i]
     if not _is_int(value) or int(value) < 0:
         raise InputError(where, f"{key}: expected a whole number >= 0, found {value!r}")
-    return int(value)
+    return _not_absurd(where, key, int(value))
 
 
 def _header_number(where: str, key: str, tokens: list[str], i: int) -> int:
@@ -207,7 +196,7 @@ def _header_number(where: str, key: str, tokens: list[str], i: int) -> int:
         value = math.nan
     if not math.isfinite(value) or value < 0 or value != int(value):
         raise InputError(where, f"{key}: expected a whole number of bytes, found {tokens[i]!r}")
-    return int(value)
+    return _not_absurd(where, key, int(value))
 
 
 def _is_int(token: str) -> bool:
@@ -254,7 +243,13 @@ def parse_row(workload: Workload, line: int, tokens: list[str], customized: bool
 def _row_int(where: str, column: str, token: str) -> int:
     if not (token.isascii() and token.isdigit()):
         raise InputError(where, f"{column}: expected a whole number >= 0, found {token!r}")
-    return int(token)
+    return _not_absurd(where, column, int(token))
+
+
+def _not_absurd(where: str, what: str, value: int) -> int:
+    if value > MAX_NUMBER:
+        raise InputError(where, f"{what}: {value} is too large (at most 2^63 - 1)")
+    return value
 
 
 def _comm_type(workload: Workload, where: str, column: str, token: str) -> tuple[str | None, str]:
