@@ -9,13 +9,14 @@ timed), then drawn with `--ranks all`. Synthetic: TP 8 x PP 16 x DP, one node li
 shared by its ranks (as the builders do), fixed times handed over as a Timeline.
 
 Prints slices per second of CPU time for planning (tracks, slices, flows) and for writing
-(JSON encoding or protobuf), and the wall time; CPU time is steadier than wall time on a
-shared machine.
+(JSON encoding or protobuf), the wall time and the peak RSS; CPU time is steadier than wall
+time on a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import tempfile
 import time
@@ -110,6 +111,8 @@ def main() -> None:
     chosen = writers["chrome"] + writers["perfetto"] if args.to == "both" else writers[args.to]
     for writer, suffix in chosen:
         print(measure(trace, timeline, writer, suffix))
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB (whole run; "
+          "run one writer with --to for its own peak)")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     python benchmarks/bench_validate.py [--work benchmarks/work/validate] [--skip-cli]
 
 1. `et-convert samples/simai_tp8_pp16_1024gpu.txt --to chakra -o WORK/w` (timed);
-2. `et-convert validate WORK` (timed, the user's command);
+2. `et-convert validate WORK` and `et-convert stats WORK` (timed, the user's commands);
 3. the same in one process, split into reading the set, each check, and the deadlock dry run,
    plus the checks on the model the converter writes (what `converters.validate.gate` costs).
 """
@@ -63,6 +63,8 @@ def main() -> None:
     if not args.skip_cli:
         validate_s = timed_cli("validate", str(args.work), "-q")
         print(f"et-convert validate on it:      {validate_s:.2f} s = {validate_s / write_s:.1f}x writing (target <= 2x)")
+        stats_s = timed_cli("stats", str(args.work), "-q")
+        print(f"et-convert stats on it:         {stats_s:.2f} s = {stats_s / write_s:.1f}x writing")
 
     began = time.perf_counter()
     model = read(SAMPLE, "simai")

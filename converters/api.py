@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
 
+from . import progress
 from .diagnostics import Diagnostics
 from .formats import detect, expand_inputs, input_format, output_format, resolve
 from .model import ExecutionTrace
@@ -40,7 +41,8 @@ def read(
     paths = _as_paths(inputs)
     name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
     diagnostics.note(f"reading {', '.join(p.name for p in paths[:3])}{' ...' if len(paths) > 3 else ''} as {name}")
-    trace = resolve(input_format(name).load)(paths, options, diagnostics)
+    with progress.bar(f"reading {paths[0].name}{f' and {len(paths) - 1} more' if len(paths) > 1 else ''} as {name}"):
+        trace = resolve(input_format(name).load)(paths, options, diagnostics)
     trace.source.format = trace.source.format or name
     if not trace.source.files:
         trace.source.files = [p.name for p in paths]
@@ -85,8 +87,10 @@ def write(
     options = options or Options()
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     if fmt.name == "chakra":
-        _gate_chakra_set(trace, options, diagnostics)
-    resolve(fmt.write)(trace, output, options, diagnostics)
+        with progress.bar("checking the set before writing it"):
+            _gate_chakra_set(trace, options, diagnostics)
+    with progress.bar(f"writing {output} ({fmt.name})"):
+        resolve(fmt.write)(trace, output, options, diagnostics)
 
 
 def _gate_chakra_set(trace: ExecutionTrace, options: Options, diagnostics: Diagnostics) -> None:

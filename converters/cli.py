@@ -108,6 +108,9 @@ def _net_overrides(values: list[str] | None) -> dict[str, object]:
 def _run(action, debug: bool, quiet: bool, verbose: bool) -> int:
     """Run `action(diagnostics)`; turn bad input into one line on stderr and exit code 2."""
     diagnostics = Diagnostics()
+    from . import progress
+
+    progress.enable(False if quiet else None)  # --quiet: no progress line either
     try:
         code = action(diagnostics) or 0
     except (InputError, UsageError) as e:
@@ -120,6 +123,12 @@ def _run(action, debug: bool, quiet: bool, verbose: bool) -> int:
     except KeyboardInterrupt:
         print("et-convert: interrupted; earlier output left as it was", file=sys.stderr)
         return 130
+    except MemoryError:
+        if debug:
+            raise
+        print("et-convert: error: out of memory; earlier output left as it was (draw fewer ranks with --ranks, "
+              "or convert a part of the input)", file=sys.stderr)
+        return 3
     except Exception as e:  # a bug of ours, not the user's input: still one line unless --debug
         if debug:
             raise

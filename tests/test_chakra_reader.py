@@ -219,3 +219,160 @@ def test_a_plain_set_leaves_the_parallel_layout_unknown_unless_told():
     assert load(files).parallel.world == 0
     told = chakra.load(files, Options(dp=4), Diagnostics()).parallel
     assert (told.world, told.dp, told.tp) == (4, 4, 1)
+
+
+# -- ranks of one role share one node list ------------------------------------------------------
+
+
+def role_nodes(rank: int, group: int, to: int, frm: int, name: str = "mb0", src: int | None = None):
+    """One pipeline rank: a collective in `group`, a send to `to` and a receive from `frm`."""
+    return [
+        ref.Node(id=1, name="c", type=ref.COMP_NODE, duration_micros=5),
+        ref.Node(id=2, name="ar", type=ref.COMM_COLL_NODE, data_deps=[1], attr=[
+            attr("comm_type", int64_val=ref.ALL_REDUCE), attr("comm_size", int64_val=64),
+            attr("pg_name", string_val=str(group)), attr("is_cpu_op", bool_val=False)]),
+        ref.Node(id=3, name=f"send {name}", type=ref.COMM_SEND_NODE, data_deps=[2], attr=[
+            attr("comm_size", int64_val=32), attr("comm_src", int32_val=rank if src is None else src),
+            attr("comm_dst", int32_val=to), attr("comm_tag", int32_val=4)]),
+        ref.Node(id=4, name="recv", type=ref.COMM_RECV_NODE, data_deps=[1], attr=[
+            attr("comm_size", int64_val=32), attr("comm_src", int32_val=frm),
+            attr("comm_dst", int32_val=rank), attr("comm_tag", int32_val=4)]),
+    ]
+
+
+def write_role_set(directory: Path, world: int, group_of, **changes) -> list[Path]:
+    """`world` ranks in a ring (send to r+1, receive from r-1); `changes[r]` replaces rank r's nodes."""
+    paths = []
+    for r in range(world):
+        meta = ref.GlobalMetadata(version="0.0.4", attr=[attr("rank", int64_val=r)])
+        nodes = changes.get(f"r{r}") or role_nodes(r, group_of(r), (r + 1) % world, (r - 1) % world)
+        paths.append(write_with_reference(directory / f"w.{r}.et", meta, nodes))
+    return paths
+
+
+def resolved(rank) -> list[tuple]:
+    """What a rank's nodes mean for that rank, whatever list it holds."""
+    return [(n.id, n.name, n.kind, n.deps, n.size, n.tag, rank.group_of(n), rank.peer_of(n)) for n in rank.nodes]
+
+
+def alone(path: Path, rank_id: int):
+    """The rank read from its file alone (nothing to share with)."""
+    return load([path]).ranks[rank_id]
+
+
+def test_ranks_of_one_role_share_a_list_and_keep_their_own_groups_and_peers(tmp_path):
+    # Group ids of 1, 2 and 3 digits and peers beyond 127 (2-byte varints): the files differ in length.
+    world = 140
+    paths = write_role_set(tmp_path, world, lambda r: [7, 42, 120][r % 3])
+    trace = load(paths)
+    assert len({id(rank.nodes) for rank in trace.ranks.values()}) == 1
+    for r in (0, 1, 2, 126, 127, 128, 139):
+        rank = trace.ranks[r]
+        assert resolved(rank) == resolved(alone(paths[r], r))
+        coll, send, recv = rank.nodes[1:]
+        assert (rank.group_of(coll), rank.peer_of(send), rank.peer_of(recv)) == ([7, 42, 120][r % 3], (r + 1) % world, (r - 1) % world)
+
+
+def test_shared_ranks_dump_their_own_files_byte_for_byte(tmp_path):
+    from converters.readers import et_json as et_json_reader
+    from converters.writers import chakra as chakra_writer
+    from converters.writers import et_json as et_json_writer
+
+    paths = write_role_set(tmp_path, 12, lambda r: 3 + r // 4)
+    trace = load(paths)
+    assert len({id(rank.nodes) for rank in trace.ranks.values()}) == 1
+    et_json_writer.write(trace, tmp_path / "d.json", Options(), Diagnostics())
+    back = et_json_reader.load([tmp_path / "d.json"], Options(), Diagnostics())
+    chakra_writer.write(back, tmp_path / "out" / "w", Options(), Diagnostics())
+    for path in paths:
+        assert (tmp_path / "out" / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_files_given_in_any_order_give_the_same_ranks_and_the_hash_of_the_given_order(tmp_path):
+    from converters.api import sha256_of
+
+    paths = write_role_set(tmp_path, 12, lambda r: 3 + r % 2)
+    forward, backward = load(paths), load(paths[::-1])
+    assert list(backward.ranks) == list(range(12))
+    for r in range(12):
+        assert resolved(backward.ranks[r]) == resolved(forward.ranks[r])
+    assert backward.source.sha256 == sha256_of(paths[::-1]) != forward.source.sha256 == sha256_of(paths)
+
+
+def test_a_send_that_names_another_rank_keeps_its_own_list(tmp_path):
+    odd = role_nodes(5, 3, 6, 4, src=9)  # comm_src must be the own rank (validator E016)
+    paths = write_role_set(tmp_path, 8, lambda r: 3, r5=odd)
+    trace = load(paths)
+    lists = {id(rank.nodes) for rank in trace.ranks.values()}
+    assert len(lists) == 2 and id(trace.ranks[5].nodes) != id(trace.ranks[4].nodes)
+    send = trace.ranks[5].nodes[2]
+    assert [(a.name, a.value) for a in send.attrs if a.name == "comm_src"] == [("comm_src", 9)]
+    assert resolved(trace.ranks[6]) == resolved(alone(paths[6], 6))
+
+
+def test_a_rank_that_needs_one_group_mapped_to_two_keeps_its_own_list(tmp_path):
+    def two_collectives(r: int, second: int):
+        return role_nodes(r, 3, (r + 1) % 4, (r - 1) % 4) + [ref.Node(id=5, name="ar2", type=ref.COMM_COLL_NODE, attr=[
+            attr("comm_type", int64_val=ref.ALL_REDUCE), attr("comm_size", int64_val=64),
+            attr("pg_name", string_val=str(second))])]
+
+    # rank 0 issues both collectives in group 3; ranks 1-3 in group 3 and group 4 + r
+    paths = write_role_set(tmp_path, 4, lambda r: 3, **{f"r{r}": two_collectives(r, 3 if r == 0 else 4 + r) for r in range(4)})
+    trace = load(paths)
+    assert trace.ranks[1].nodes is not trace.ranks[0].nodes
+    assert trace.ranks[1].nodes is trace.ranks[2].nodes is trace.ranks[3].nodes
+    for r in range(4):
+        assert resolved(trace.ranks[r]) == resolved(alone(paths[r], r))
+
+
+def test_per_rank_field_bytes_inside_a_name_do_not_fool_the_split(tmp_path):
+    # The bytes of a `comm_src = r` attribute are plain ASCII, so a name can hold them.
+    def fake(r: int) -> str:
+        return f"x R\x0c\n\x08comm_src8{chr(r)} y"
+
+    paths = write_role_set(tmp_path, 6, lambda r: 3, **{
+        f"r{r}": role_nodes(r, 3, (r + 1) % 6, (r - 1) % 6, name=fake(r)) for r in range(6)})
+    trace = load(paths)
+    for r in range(6):
+        assert trace.ranks[r].nodes[2].name == f"send {fake(r)}"
+        assert resolved(trace.ranks[r]) == resolved(alone(paths[r], r))
+
+
+def test_a_per_rank_field_without_a_role_keeps_its_value(tmp_path):
+    def with_src_on_collective(r: int):
+        nodes = role_nodes(r, 3, (r + 1) % 4, (r - 1) % 4)
+        nodes[1].attr.append(attr("comm_src", int32_val=r))  # no role on a collective: each file's own value
+        return nodes
+
+    paths = write_role_set(tmp_path, 4, lambda r: 3, **{f"r{r}": with_src_on_collective(r) for r in range(4)})
+    trace = load(paths)
+    for r in range(4):
+        assert [a.value for a in trace.ranks[r].nodes[1].attrs if a.name == "comm_src"] == [r]
+
+
+def test_ranks_like_a_file_read_before_are_not_decoded_again(tmp_path, monkeypatch):
+    decoded = []
+    original = chakra.decode
+    monkeypatch.setattr(chakra, "decode", lambda *a: decoded.append(a[4]) or original(*a))
+    load(write_role_set(tmp_path, 8, lambda r: 3 + r % 2))
+    assert decoded.count("GlobalMetadata") == 8
+    assert decoded.count("Node") == 4  # the first file's; the others only differ in per-rank fields
+
+
+def test_a_broken_length_inside_a_per_rank_field_is_still_an_input_error(tmp_path):
+    paths = write_role_set(tmp_path, 4, lambda r: 3)
+    data = paths[2].read_bytes()
+    field = b"R\r\n\x07pg_name\xea\x01\x013"
+    assert data.count(field) == 1
+    paths[2].write_bytes(data.replace(field, b"R\x0c" + field[2:]))
+    with pytest.raises(InputError, match=r"w\.2\.et: byte \d+: cannot decode Node message"):
+        load(paths)
+
+
+def test_a_per_rank_field_longer_than_its_message_says_is_still_an_input_error(tmp_path):
+    paths = write_role_set(tmp_path, 4, lambda r: 3)
+    data = paths[2].read_bytes()
+    field = b"R\r\n\x07pg_name\xea\x01\x013"
+    paths[2].write_bytes(data.replace(field, b"R\x0e\n\x07pg_name\xea\x01\x0213"))  # the node's length not updated
+    with pytest.raises(InputError, match=r"w\.2\.et: byte \d+: "):
+        load(paths)

@@ -195,3 +195,86 @@ def test_non_canonical_nodes_are_read_and_the_dump_warns(tmp_path):
     diagnostics = Diagnostics()
     et_json.write(trace, tmp_path / "u.json", Options(), diagnostics)
     assert any("1 distinct messages are not in protobuf's own encoding" in m for m in diagnostics.messages())
+
+
+# -- reading a dump in the writer's layout one rank at a time ------------------------------------
+
+
+def sample_dump(tmp_path: Path) -> Path:
+    from converters.readers import chakra as chakra_reader
+    from converters.writers import et_json
+
+    trace = chakra_reader.load(sorted((SAMPLES / "chakra_model").glob("*.et")), Options(), Diagnostics())
+    dump = tmp_path / "dump.json"
+    et_json.write(trace, dump, Options(), Diagnostics())
+    return dump
+
+
+def node_values(trace) -> dict:
+    return {r: [(n.id, n.name, n.kind, n.deps, n.ctrl_deps, n.size, n.group, n.peer, n.attrs) for n in rank.nodes]
+            for r, rank in trace.ranks.items()}
+
+
+def test_a_dump_read_rank_by_rank_equals_the_dump_read_whole(tmp_path, monkeypatch):
+    dump = sample_dump(tmp_path)
+    pretty = tmp_path / "pretty.json"  # another layout: parsed whole
+    pretty.write_text(json.dumps(json.loads(dump.read_text()), indent=1))
+    parsed_whole = []
+    original = json_reader.Dump.trace
+    monkeypatch.setattr(json_reader.Dump, "trace", lambda self, doc: parsed_whole.append(1) or original(self, doc))
+    by_rank = json_reader.load([dump], Options(), Diagnostics())
+    assert parsed_whole == []
+    whole = json_reader.load([pretty], Options(), Diagnostics())
+    assert parsed_whole == [1]
+    assert node_values(by_rank) == node_values(whole) and len(by_rank.ranks) == 4
+    assert sorted(by_rank.groups) == sorted(whole.groups)
+    assert [r.wire_metadata for r in by_rank.ranks.values()] == [r.wire_metadata for r in whole.ranks.values()]
+
+
+def test_repeated_nodes_share_their_attributes_but_not_their_deps(tmp_path):
+    trace = json_reader.load([write_node_named(tmp_path, "plain")], Options(), Diagnostics())
+    first, second = trace.ranks[0].nodes[0], trace.ranks[1].nodes[0]
+    assert (first.id, first.name, first.deps, first.attrs) == (second.id, second.name, second.deps, second.attrs)
+    assert first.attrs is second.attrs and first.deps is not second.deps and first is not second
+    assert first.deps == [0] and [(a.name, a.value) for a in first.attrs] == [("num_ops", 5)]
+
+
+def test_what_looks_like_the_next_rank_inside_a_rank_does_not_cut_it(tmp_path, monkeypatch):
+    # JSON strings cannot hold `},"` (the quote would end them), but an object can have a
+    # numbered key: the reader ignores it, and the rank goes on after it.
+    path = write_node_named(tmp_path, "first")
+    data = path.read_bytes()
+    assert data.count(b'"metadata":{"version":"","attr":[]}') == 2
+    path.write_bytes(data.replace(b'"metadata":{"version":"","attr":[]}', b'"metadata":{"version":"","attr":[]},"7":{}', 1))
+    monkeypatch.setattr(json_reader.Dump, "trace", None)  # read rank by rank, not parsed whole
+    trace = json_reader.load([path], Options(), Diagnostics())
+    assert [[n.name for n in rank.nodes] for rank in trace.ranks.values()] == [["first"], ["plain"]]
+
+
+def write_node_named(tmp_path: Path, name: str) -> Path:
+    """A two-rank dump in the writer's layout whose rank 0 holds one node called `name`."""
+    def rank(node_name):
+        return {"file": "", "metadata": {"version": "", "attr": []},
+                "nodes": [{"id": 1, "name": node_name, "type": "COMP_NODE", "data_deps": [0],
+                           "attr": [{"name": "num_ops", "kind": "int64_val", "value": 5}]}]}
+
+    doc = {"format": "et-convert.et-json", "version": 1, "ranks": {"0": rank(name), "1": rank("plain")}, "groups": {}}
+    path = tmp_path / "named.json"
+    path.write_bytes(json.dumps(doc, separators=(",", ":")).encode())
+    return path
+
+
+def test_a_cut_dump_in_the_writer_layout_is_an_input_error(tmp_path):
+    dump = sample_dump(tmp_path)
+    data = dump.read_bytes()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match="not valid JSON"):
+        json_reader.load([cut], Options(), Diagnostics())
+
+
+def test_a_wrong_type_in_the_writer_layout_names_its_json_path(tmp_path):
+    path = write_node_named(tmp_path, "x")
+    path.write_bytes(path.read_bytes().replace(b'"id":1,"name":"plain"', b'"id":-1,"name":"plain"'))
+    with pytest.raises(InputError, match=r"\$\.ranks\.1\.nodes\[0\]\.id: -1 is out of range"):
+        json_reader.load([path], Options(), Diagnostics())

@@ -128,7 +128,7 @@ def test_missing_and_bad_values(tmp_path):
 def test_not_utf8(tmp_path):
     path = tmp_path / "bin.log"
     path.write_bytes(GOOD.encode() + b"\nrank:3:\xff\xfe\n")
-    assert error_of(path) == f"{path}:2: not UTF-8 text (byte 7 of the line)"
+    assert error_of(path) == f"{path}:2:8: not UTF-8 text (byte 0xff)"
 
 
 def test_cut_off_last_line_warns_and_keeps_complete_lines(tmp_path):

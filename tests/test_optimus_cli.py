@@ -23,6 +23,9 @@ def test_chrome_timeline_with_labelled_model(tmp_path):
     assert meta["details"]["modelled_iteration_ms"] > 0
     assert any("backward time = 2.5 x forward" in a for a in meta["assumptions"])
     slices = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    waits = [e for e in slices if e["name"].startswith("waiting for rank")]  # receives' waiting parts
+    assert waits and all("bind_id" not in e for e in waits)
+    slices = [e for e in slices if not e["name"].startswith("waiting for rank")]
     per_pid = Counter(e["pid"] for e in slices)
     assert per_pid == {1: 256, **{pid: 320 for pid in range(2, 9)}}  # stage 7 has 4 layers, no 2nd neighbour
     flows = Counter(e["bind_id"] for e in slices if "bind_id" in e)

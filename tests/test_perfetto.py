@@ -38,6 +38,11 @@ def decoded(trace: pb.Trace):
     return names, arg_names, tracks, events
 
 
+def tid_of(tracks, uuid: int) -> int:
+    """The thread id of a thread track (track uuids are the writer's own numbers)."""
+    return tracks[uuid].thread.tid
+
+
 def test_same_slices_names_and_flows_as_json(tmp_path):
     trace, obj = both(tmp_path)
     names, _, tracks, events = decoded(trace)
@@ -78,7 +83,7 @@ def test_slices_nest_per_track_and_times_are_sorted(tmp_path):
         if ev.type == BEGIN:
             stacks[ev.track_uuid].append(p.timestamp)
         else:
-            spans.append((ev.track_uuid, stacks[ev.track_uuid].pop(), p.timestamp))
+            spans.append((tid_of(tracks, ev.track_uuid), stacks[ev.track_uuid].pop(), p.timestamp))
     x = [(e["tid"], round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in obj["traceEvents"] if e["ph"] == "X"]
     assert sorted(spans) == sorted(x)
 
@@ -183,7 +188,7 @@ def test_random_traces_nest_and_agree(tmp_path_factory, trace):
     assert check_chrome_trace(obj) == []
     parsed = pb.Trace()
     parsed.ParseFromString(pf.read_bytes())
-    _, _, _, events = decoded(parsed)
+    _, _, tracks, events = decoded(parsed)
     stacks = defaultdict(list)
     spans = []
     last_ts = -1
@@ -197,7 +202,7 @@ def test_random_traces_nest_and_agree(tmp_path_factory, trace):
             start = stacks[ev.track_uuid].pop()
             # a slice ends inside the slice it was opened in
             assert all(start >= outer for outer in stacks[ev.track_uuid])
-            spans.append((ev.track_uuid, start, p.timestamp))
+            spans.append((tid_of(tracks, ev.track_uuid), start, p.timestamp))
     assert all(not s for s in stacks.values())
     x = [(e["tid"], round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in obj["traceEvents"] if e["ph"] == "X"]
     assert sorted(spans) == sorted(x)

@@ -153,6 +153,31 @@ def test_p2p_size_mismatch():
     assert "send of 1048576 B, receive on rank 1 of 10 B" in e036.message
 
 
+def test_p2p_mismatch_on_a_shared_list_is_reported_for_each_rank_that_runs_it():
+    trace = pipeline_model(tp=2, dp=2, pp=2, microbatches=1, shared=True)
+    find(trace, 4, "recv act mb0").size = 10  # stage 1's shared list: ranks 4-7 (rank 4's peer is 0)
+    e036 = [f for f in run_checks(trace) if f.code == "E036"]
+    assert sorted(f.ranks for f in e036) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def two_peers_that_are_one(recv_sizes: list[int]) -> ExecutionTrace:
+    """Rank 3 runs rank 0's list, whose two peers 1 and 2 are both rank 1 for rank 3."""
+    trace = ExecutionTrace()
+    sends = [Node(0, "s8", NodeKind.SEND, peer=1, tag=5, size=8), Node(1, "s16", NodeKind.SEND, deps=[0], peer=2, tag=5, size=16)]
+    trace.ranks[0] = Rank(0, sends)
+    trace.ranks[3] = Rank(3, sends, peer_map={2: 1})
+    trace.ranks[1] = Rank(1, [Node(0, "r", NodeKind.RECV, peer=0, tag=5, size=8)] + [
+        Node(i + 1, "r", NodeKind.RECV, deps=[i], peer=3, tag=5, size=size) for i, size in enumerate(recv_sizes)])
+    trace.ranks[2] = Rank(2, [Node(0, "r", NodeKind.RECV, peer=0, tag=5, size=16)])
+    return trace
+
+
+def test_sends_of_a_shared_list_to_one_peer_pair_in_issue_order():
+    assert [f for f in run_checks(two_peers_that_are_one([8, 16])) if f.check == "p2p"] == []
+    swapped = [f for f in run_checks(two_peers_that_are_one([16, 8])) if f.check == "p2p"]
+    assert codes(swapped) == ["E036", "E036"] and all(f.ranks == [1, 3] for f in swapped)
+
+
 def test_send_without_tag():
     trace = pipeline_model(tp=1, dp=1, pp=2, microbatches=1)
     find(trace, 0, "send act mb0").tag = None

@@ -78,7 +78,7 @@ def test_non_utf8_bytes_are_an_error_at_their_line(tmp_path):
     path.write_bytes(b"DATA\n1\nl\xff0\t-1\n")
     with pytest.raises(InputError) as e:
         load("astra-text", path, num_npus=2)
-    assert str(e.value) == f"{path}:3: byte 8 is not UTF-8 text (0xff)"
+    assert str(e.value) == f"{path}:3:2: not UTF-8 text (byte 0xff)"
 
 
 def test_simai_header_and_block_errors(tmp_path):

@@ -6,6 +6,7 @@ Messages themselves are encoded and decoded by protobuf; only the length prefix 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterator
 
 from ..model import WireAttr
@@ -144,3 +145,68 @@ def per_rank_role(node_kind: int, attr: WireAttr) -> str | None:
     if node_kind == 6:  # COMM_RECV_NODE
         return "own" if name == "comm_dst" else "peer"
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# per-rank fields as bytes
+#
+# Producers write the per-rank attributes of a node (see per_rank_role) as one `Node.attr`
+# field holding just a name and a value: `pg_name` as a canonical decimal `string_val`,
+# `comm_src` / `comm_dst` as a non-negative `int32_val`. PER_RANK_FIELD finds such fields
+# in their canonical encoding (minimal varints, no leading zeros), so the node bytes of two
+# ranks with one role differ only inside its matches. The length byte is only checked by
+# `per_rank_field` (a looser pattern scans faster). A match inside some other field's bytes is
+# possible in principle; the Chakra reader checks the matches of every file it learns from
+# against what protobuf decoded.
+
+
+def _tag(number: int, wire_type: int) -> bytes:
+    return varint(number << 3 | wire_type)
+
+
+_NODE_ATTR = _tag(pb.Node.DESCRIPTOR.fields_by_name["attr"].number, 2)
+_ATTR_FIELDS = pb.AttributeProto.DESCRIPTOR.fields_by_name
+_NAME = _tag(_ATTR_FIELDS["name"].number, 2)
+_STRING_VAL = _tag(_ATTR_FIELDS["string_val"].number, 2)
+_INT32_VAL = _tag(_ATTR_FIELDS["int32_val"].number, 0)
+MAX_GROUP_DIGITS = 19  # longest pg_name value in per-rank form
+_GROUP_HEAD = _NAME + varint(7) + b"pg_name" + _STRING_VAL
+_PEER_HEADS = {name: _NAME + varint(len(name)) + name.encode() + _INT32_VAL for name in ("comm_src", "comm_dst")}
+# After the field's tag and length byte: the name and value tag, then the value.
+_DECIMALS = b"|".join(b"%s[1-9][0-9]{%d}" % (re.escape(varint(n)), n - 1) for n in range(1, MAX_GROUP_DIGITS + 1))
+_INT32_VARINTS = b"[\x00-\x7f]|" + b"|".join(b"[\x80-\xff]{%d}[\x01-\x7f]" % n for n in range(1, 4)) + b"|[\x80-\xff]{4}[\x01-\x07]"
+_PEER_NAMES = b"|".join(re.escape(head) for head in _PEER_HEADS.values())
+PER_RANK_FIELD = re.compile(
+    b"(" + re.escape(_NODE_ATTR) + b"[\x00-\x7f](?:" + re.escape(_GROUP_HEAD) + b"(?:" + _DECIMALS + b")"
+    + b"|(?:" + _PEER_NAMES + b")(?:" + _INT32_VARINTS + b")))"
+)
+_LENGTH_AT = len(_NODE_ATTR)
+_HEAD_AT = _LENGTH_AT + 1
+_GROUP_VALUE_AT = _HEAD_AT + len(_GROUP_HEAD) + 1
+_PEER_VALUE_AT = _HEAD_AT + len(_PEER_HEADS["comm_src"])
+_PEER_BY_HEAD = {head: name for name, head in _PEER_HEADS.items()}
+
+
+def per_rank_field(field: bytes) -> tuple[str, int] | None:
+    """(attribute name, value) of a PER_RANK_FIELD match; None when its length byte is wrong."""
+    if field[_LENGTH_AT] != len(field) - _HEAD_AT:
+        return None
+    name = _PEER_BY_HEAD.get(field[_HEAD_AT:_PEER_VALUE_AT])
+    if name is None:
+        return "pg_name", int(field[_GROUP_VALUE_AT:])
+    value, shift = 0, 0
+    for byte in field[_PEER_VALUE_AT:]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+    return name, value
+
+
+def in_per_rank_form(attr: WireAttr) -> bool:
+    """Whether protobuf encodes the attribute as a PER_RANK_FIELD match."""
+    if attr.doc:
+        return False
+    if attr.name == "pg_name":
+        value = attr.value
+        return (attr.kind == "string_val" and 0 < len(value) <= MAX_GROUP_DIGITS and value.isascii()
+                and value.isdigit() and value[0] != "0")
+    return attr.name in _PEER_HEADS and attr.kind == "int32_val" and 0 <= attr.value < 1 << 31

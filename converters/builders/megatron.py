@@ -19,12 +19,13 @@ the next op waits only for the step itself.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
-from ..diagnostics import Diagnostics, InputError, at
+from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Parallel, Rank
 from ..options import Options
 from ..readers.megatron_log import OpRecord, SubOp, read_files
@@ -73,11 +74,15 @@ def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> Execu
     records = read_files(paths, diagnostics, strict=options.strict)
     if not records:
         raise InputError(str(paths[0]), "no op lines found; expected rank:<r>:<op>(key=value,...)")
-    return build(records, options, diagnostics)
+    return build(records, options, diagnostics, consume=True)
 
 
-def build(records: list[OpRecord], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
-    """The model of the ranks in `records` (any files, any order of ranks)."""
+def build(records: list[OpRecord], options: Options, diagnostics: Diagnostics, consume: bool = False) -> ExecutionTrace:
+    """The model of the ranks in `records` (any files, any order of ranks).
+
+    `consume=True` empties `records` as ranks are built, so a long log's records are freed
+    while its nodes are made instead of both being held at the peak.
+    """
     by_rank = _records_by_rank(records)
     readings = {name: subop_reading(recs) for name, recs in _records_by_file(records).items()}
     layout, inferred = infer_layout(by_rank, options)
@@ -99,9 +104,11 @@ def build(records: list[OpRecord], options: Options, diagnostics: Diagnostics) -
     _record_readings(readings, trace)
 
     tag_stride = 2 * (1 + max((r.batch for r in records if r.op in P2P_OPS), default=0))
+    if consume:
+        records.clear()  # by_rank holds them now, until each rank is built
     builder = _RankBuilder(trace, layout, readings, tag_stride, diagnostics)
     for rank_id in sorted(by_rank):
-        trace.ranks[rank_id] = builder.build(rank_id, by_rank[rank_id], origins[rank_id])
+        trace.ranks[rank_id] = builder.build(rank_id, by_rank.pop(rank_id), origins[rank_id])
 
     if not scaling:
         _record_receive_waits(trace)
@@ -401,12 +408,13 @@ class _RankBuilder:
     def _add_sub_ops(self, parent: Node, record: OpRecord, deps: list[int]) -> None:
         reading = self.readings[record.file][0]
         previous = list(deps)
+        where = parent.source  # one string for the step and all its sub-operations
         for index, sub in enumerate(record.sub_ops):
             start, end = _clamped(sub, reading, record, self.diagnostics)
             node = Node(
-                id=len(self.rank.nodes), name=f"{sub.name} {sub.comm_func or 'comm'}", kind=NodeKind.COLLECTIVE,
+                id=len(self.rank.nodes), name=_sub_name(sub.name, sub.comm_func), kind=NodeKind.COLLECTIVE,
                 duration_ns=end - start, deps=previous, start_ns=start - self.origin, parent=parent.id,
-                microbatch=parent.microbatch, source=record.where,
+                microbatch=parent.microbatch, source=where,
                 args=_sub_args(sub, record, index),
             )
             kind = LOG_GROUPS.get(sub.group or "tp")
@@ -473,12 +481,24 @@ def _clamped(sub: SubOp, reading: str, parent: OpRecord, diagnostics: Diagnostic
     return start, end
 
 
+# Names and shape texts repeat across millions of nodes of a long log: build each one once.
 def _op_name(record: OpRecord) -> str:
     if record.op in FINALIZE_OPS:
         return record.op
-    return f"{record.op} mb{record.batch}"
+    return _microbatch_name(record.op, record.batch)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _microbatch_name(op: str, batch: int) -> str:
+    return f"{op} mb{batch}"
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _sub_name(name: str, comm_func: str | None) -> str:
+    return f"{name} {comm_func or 'comm'}"
+
+
+@functools.lru_cache(maxsize=1 << 12)
 def _shape_text(shape) -> str:
     return "[" + ", ".join(map(str, shape)) + "]"
 

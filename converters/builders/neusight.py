@@ -110,6 +110,9 @@ def _sections(rows: list[NeuRow], name: str, options: Options, trace: ExecutionT
     return rows[:start], rows[start:end], rows[end:]
 
 
+MAX_BYTES = (1 << 63) - 1  # Chakra's comm_size is an int64
+
+
 def _op(row: NeuRow, name: str, prefix: str, group_sizes: dict[str, int], options: Options,
         trace: ExecutionTrace, diagnostics: Diagnostics) -> Op:
     def coll(comm: NeuComm | None, kind: str) -> Coll | None:
@@ -119,6 +122,9 @@ def _op(row: NeuRow, name: str, prefix: str, group_sizes: dict[str, int], option
             diagnostics.warn(f"neusight-zero:{comm.token}", f"{name}: skipped {{count}} {comm.token} of size 0 "
                                                             f"(first at line {{first}})", str(row.line))
             return None
+        if comm.elements * options.bytes_per_element > MAX_BYTES:
+            raise InputError(at(name, row.line), f"{comm.token} of {comm.elements} elements x {options.bytes_per_element} "
+                                                 "bytes is more than a Chakra size holds (2^63 - 1 bytes)")
         members = group_sizes[kind]
         if members == 1:
             diagnostics.warn(f"neusight-lonely:{kind}", f"{name}: left out {{count}} collectives of one-member "

@@ -36,7 +36,7 @@ MAX_MICROBATCHES = 1 << 16
 def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
     if len(paths) != 1:
         raise InputError(str(paths[1]), "give one OptimusPrime log at a time (it already holds every rank's output)")
-    return build(read_log(paths[0], diagnostics), options, diagnostics)
+    return build(read_log(paths[0], diagnostics, strict=options.strict), options, diagnostics)
 
 
 def build(log: OptimusLog, options: Options, diagnostics: Diagnostics) -> ExecutionTrace:

@@ -32,6 +32,8 @@ ALL_GATHER_CONVENTION = (
     "ALL_GATHER sizes are the per-rank input, as ASTRA-sim reads them: the input's total "
     "gathered bytes divided by the group size"
 )
+# More ranks than this is a typo or a broken file, not a job (and would exhaust memory).
+MAX_RANKS = 1 << 20
 ASTRA_ALL_GATHER_CONVENTION = (
     "ALL_GATHER sizes are the per-rank input, as written in the ASTRA-sim 1.0 file (kept as they are, "
     "as ASTRA-sim 1.0 and chakra_converter Text do)"
@@ -95,27 +97,30 @@ class Sizes:
 
 
 def warn_row_defects(w: Workload, diagnostics: Diagnostics, placeholder_is_missing: bool) -> None:
-    """Size-0 collectives (skipped) and placeholder compute times, counted per kind."""
-    zero: dict[tuple[str, str], list[Row]] = {}
+    """Size-0 collectives (skipped) and placeholder compute times: one counted warning each."""
+    zero: dict[tuple[str, str], list[Row]] = {}  # (comm type as written, column) -> rows, in file order
     for row in w.rows:
         for column, token in zip(row.zero_size, row.zero_kinds):
             zero.setdefault((token, column), []).append(row)
-    for (token, column), rows in zero.items():
-        names = list(dict.fromkeys(r.name for r in rows))
-        which = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-        for row in rows:
-            diagnostics.warn(
-                f"zero-size:{token}:{column}",
-                f"{w.path}: skipped {{count}} collectives of size 0 ({token} in the {column} column of {which}; "
-                f"first at line {{first}})", str(rows[0].line))
+    if zero:
+        parts = []
+        for (token, column), rows in zero.items():
+            names = list(dict.fromkeys(r.name for r in rows))
+            which = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            parts.append(f"{len(rows)} {token} in the {column} column of {which}")
+        first = min(rows[0].line for rows in zero.values())
+        diagnostics.warn(
+            "zero-size",
+            f"{w.path}: skipped {{count}} collectives of size 0 ({'; '.join(parts)}; first at line {{first}})",
+            str(first), count=sum(len(rows) for rows in zero.values()))
     if placeholder_is_missing:
-        for row in w.rows:
-            for value in (row.fwd_compute, row.ig_compute, row.wg_compute):
-                if value == 1:
-                    diagnostics.warn(
-                        "placeholder",
-                        f"{w.path}: {{count}} compute times are the placeholder 1 ns (not measured); "
-                        f"left them out (first at line {{first}})", str(row.line))
+        placeholders = [(row.line, value) for row in w.rows
+                        for value in (row.fwd_compute, row.ig_compute, row.wg_compute) if value == 1]
+        if placeholders:
+            diagnostics.warn(
+                "placeholder",
+                f"{w.path}: {{count}} compute times are the placeholder 1 ns (not measured); "
+                f"left them out (first at line {{first}})", str(placeholders[0][0]), count=len(placeholders))
 
 
 def _ns(value: int, tick_ns: float) -> int:
@@ -149,6 +154,8 @@ def load_simai(paths: list[Path], options: Options, diagnostics: Diagnostics) ->
     for name, value in (("model_parallel_NPU_group", tp), ("pp", pp), ("ga", ga), ("ep", ep), ("all_gpus", world)):
         if value < 1:
             raise InputError(where, f"{name} must be at least 1, got {value}")
+    if world > MAX_RANKS:
+        raise InputError(where, f"all_gpus {world} is more ranks than et-convert handles ({MAX_RANKS})")
     if world % (tp * pp):
         raise InputError(where, f"all_gpus {world} is not a multiple of tp*pp = {tp * pp}")
     warn_row_defects(w, diagnostics, placeholder_is_missing=True)
@@ -432,8 +439,8 @@ def load_astra(paths: list[Path], options: Options, diagnostics: Diagnostics) ->
     if options.num_npus is None:
         raise UsageError("ASTRA-sim text workloads carry no rank count: give --num-npus N")
     n = options.num_npus
-    if n < 1:
-        raise UsageError(f"--num-npus must be at least 1, got {n}")
+    if not 1 <= n <= MAX_RANKS:
+        raise UsageError(f"--num-npus must be between 1 and {MAX_RANKS}, got {n}")
     warn_row_defects(w, diagnostics, placeholder_is_missing=False)
     trace = ExecutionTrace()
     trace.units = {

@@ -9,24 +9,33 @@ another oneof kind than ASTRA-sim reads. Both are accepted here; the validator r
 the groups; et-convert's own GlobalMetadata adds their kinds, the rank coordinates and the
 parallel configuration.
 
-Speed and memory: each distinct node message is converted once, and ranks whose files differ
-only in their own rank, group ids and peers share one node list (see NodeDecoder), so a
-1024-rank set written from per-stage graphs is held as a few graphs, not 1024.
+Speed and memory: ranks whose files differ only in their own rank, group ids and peers share
+one node list (see NodeDecoder), so a 1024-rank set written from per-stage graphs is held as
+a few graphs, not 1024; a file like one read before is compared as bytes and only its
+per-rank fields are read. Files are read in the order given (the representative of a shared
+list is the first of its ranks in that order), each with one read.
 """
 
 from __future__ import annotations
 
+import gc
 import gzip
+import hashlib
 import re
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from .._proto import et_def_pb2 as pb
-from .._proto.wire import FramingError, attr_from_proto, attr_to_proto, frames, per_rank_role
+from .._proto.wire import (
+    PER_RANK_FIELD, FramingError, attr_from_proto, attr_to_proto, frames, in_per_rank_form, per_rank_field,
+    per_rank_role,
+)
 from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Rank, WireAttr
 from ..options import Options
@@ -125,8 +134,22 @@ def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> Execu
     trace.units = {"duration": "us (Chakra duration_micros)", "comm_size": "bytes"}
     trace.metadata["chakra.wire"] = True
     decoder = NodeDecoder()
-    for rank_id, path in ranks_of(paths):
-        trace.ranks[rank_id] = read_rank(path, rank_id, decoder)
+    # Files are read once each, in the order given, so the input's hash comes for free. The
+    # cyclic garbage collector is paused meanwhile: it would rescan the growing caches and
+    # nodes again and again, and nothing read here forms cycles.
+    digest = hashlib.sha256()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for rank_id, path in ranks_of(paths):
+            raw = read_file(path)
+            digest.update(raw)
+            trace.ranks[rank_id] = read_rank(path, rank_id, unzipped(raw, path), decoder)
+    finally:
+        if enabled:
+            gc.enable()
+    trace.ranks = dict(sorted(trace.ranks.items()))
+    trace.source.sha256 = digest.hexdigest()
     if decoder.shared_ranks:
         diagnostics.note(f"chakra: {decoder.shared_ranks} ranks share the node list of a rank with the same graph")
     if decoder.noncanonical:
@@ -148,7 +171,7 @@ def apply_parallel_options(trace: ExecutionTrace, options: Options) -> None:
 
 
 def ranks_of(paths: list[Path]) -> list[tuple[int, Path]]:
-    """(rank, file) pairs in rank order; the rank comes from the `<prefix>.<rank>.et` name."""
+    """(rank, file) pairs in the order given; the rank comes from the `<prefix>.<rank>.et` name."""
     if len(paths) == 1 and not RANK_NAME.match(paths[0].name):
         return [(0, paths[0])]  # a single file without a rank number: rank 0
     found: dict[int, Path] = {}
@@ -160,15 +183,18 @@ def ranks_of(paths: list[Path]) -> list[tuple[int, Path]]:
         if rank in found:
             raise InputError(str(path), f"rank {rank} is given twice (also {found[rank]})")
         found[rank] = path
-    return sorted(found.items())
+    return list(found.items())
 
 
-def file_bytes(path: Path) -> bytes:
-    """The file's content, decompressed when it is gzip."""
+def read_file(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as e:
         raise InputError(str(path), f"cannot read: {e.strerror}") from None
+
+
+def unzipped(data: bytes, path: Path) -> bytes:
+    """The file's content, decompressed when it is gzip."""
     if data.startswith(GZIP_MAGIC):
         try:
             data = gzip.decompress(data)
@@ -177,32 +203,32 @@ def file_bytes(path: Path) -> bytes:
     return data
 
 
-def read_rank(path: Path, rank_id: int, decoder: "NodeDecoder") -> Rank:
-    """One file: GlobalMetadata then Nodes, each decoded by protobuf (see NodeDecoder)."""
-    data = file_bytes(path)
+def read_rank(path: Path, rank_id: int, data: bytes, decoder: "NodeDecoder") -> Rank:
+    """One file: GlobalMetadata then Nodes (see NodeDecoder for how repeated content is skipped)."""
     if not data:
         raise InputError(str(path), "file is empty (expected a GlobalMetadata message)")
     rank = Rank(rank_id, source=str(path))
-    recipes = []
-    append = recipes.append
-    recipe = decoder.recipe
     try:
         messages = frames(data)
         for offset, start, end in messages:
-            body = data[start:end]
-            meta = read_metadata(body, path, offset)
-            attrs = [attr_from_proto(a) for a in meta.attr]
-            if meta.SerializeToString() != body or not all(map(reencodes, meta.attr, attrs)):
-                decoder.noncanonical += 1
-            rank.wire_metadata = (meta.version, attrs)
+            rank.wire_metadata = decoder.metadata(data[start:end], path, offset)
             break
+        nodes_at = end
+        section = data[nodes_at:]
+        fields = PER_RANK_FIELD.split(section)
+        if decoder.share_by_template(rank, fields):
+            return rank
+        recipe = decoder.recipe
+        recipes, starts = [], []
         for offset, start, end in messages:
-            append(recipe(data[start:end], path, offset))
+            recipes.append(recipe(data[start:end], path, offset))
+            starts.append(start - nodes_at)
     except FramingError as e:
         raise InputError(f"{path}: byte {e.offset}", e.message) from None
     if not decoder.share(rank, recipes):
         build = decoder.build
         rank.nodes = [build(r) for r in recipes]
+    decoder.learn_template(rank, recipes, starts, fields)
     return rank
 
 
@@ -231,35 +257,157 @@ def looks_like_text(data) -> bool:
     return bool(sample) and all(32 <= b < 127 or b in b"\t\r\n" for b in sample)
 
 
-class NodeDecoder:
-    """Turns Node messages into model Nodes, converting each distinct message once.
+@dataclass(slots=True)
+class Template:
+    """A file's Node messages with their per-rank fields cut out, and what those fields were.
 
-    Every set repeats the same attributes, and sets written from shared graphs repeat whole
-    node messages on many ranks, so a message is converted once into a recipe and a repeated
-    one costs a dict lookup. Ranks whose files differ only in the per-rank values of
-    ASTRA-sim attributes (pg_name, comm_src, comm_dst: see `wire.per_rank_role`) share the
-    first such rank's node list through `group_map` / `peer_map`, as builders do. Nodes built
-    from one message share their `attrs` list (read-only, like everything a file carried).
+    `keys` holds one entry per cut-out field: (role, value on the shared nodes, length), where
+    the role is per_rank_role's or "fixed" (a field in per-rank form whose value must not
+    change, e.g. a collective's comm_src), and the value is the raw group or peer the shared
+    nodes carry (the field's bytes for "fixed", None for "own").
+    """
+
+    nodes: list[Node]
+    keys: tuple[tuple[str, Any, int], ...]
+
+
+class NodeDecoder:
+    """Turns Node messages into model Nodes, decoding as little as the repetition allows.
+
+    Ranks of one role write the same node messages except for their per-rank fields
+    (`wire.PER_RANK_FIELD`: pg_name, comm_src, comm_dst). So a file's node bytes are split
+    at those fields: when the pieces between them equal those of a file read before (a
+    *template*), the rank shares the template's node list and only its per-rank fields are
+    read, into `group_map` / `peer_map`; no message is decoded. A file without a template is
+    decoded message by message: each distinct message is converted once into a recipe (a
+    repeated one costs a dict lookup), and ranks whose messages differ only in per-rank values
+    still share the first such rank's list (`share`). Such a file then becomes a template when
+    every per-rank field the split found is one protobuf decoded, in the same place.
+    Nodes built from one message share their `attrs` list (read-only, like everything a file
+    carried).
     """
 
     MAX_TRIES = 4  # representatives with the same graph tried before a rank gets its own list
 
     def __init__(self):
-        # message bytes -> (Node keyword arguments, deps, ctrl_deps, shape id or None, per-rank values)
+        # message bytes -> (Node keyword arguments, deps, ctrl_deps, shape id or None,
+        # per-rank values, per-rank fields (start, end, role) or None)
         self.recipes: dict[bytes, tuple] = {}
-        self.attrs: dict[tuple[int, bytes], tuple[WireAttr, tuple | None]] = {}  # (type, bytes) -> attr, effect
+        self.attrs: dict[tuple[int, bytes], tuple] = {}  # (node type, attribute bytes) -> attr_info
+        self.meta_attrs: dict[bytes, tuple[WireAttr, bool]] = {}
         self.shapes: dict[tuple, int] = {}  # a message without its per-rank values -> shape id
         self.representatives: dict[tuple, list[tuple[Rank, list]]] = {}  # shape ids of a file -> ranks
+        self.templates: dict[tuple[bytes, ...], Template] = {}  # pieces between per-rank fields -> template
         self.noncanonical = 0  # distinct messages (and metadata) protobuf would encode differently
         self.shared_ranks = 0
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def metadata(self, body: bytes, path: Path, offset: int) -> tuple[str, list[WireAttr]]:
+        meta = read_metadata(body, path, offset)
+        attrs = []
+        canonical = meta.SerializeToString() == body
+        for attr in meta.attr:
+            key = attr.SerializeToString()
+            known = self.meta_attrs.get(key)
+            if known is None:
+                item = attr_from_proto(attr)
+                known = self.meta_attrs[key] = (item, reencodes(attr, item))
+            attrs.append(known[0])
+            canonical = canonical and known[1]
+        if not canonical:
+            self.noncanonical += 1
+        return meta.version, attrs
+
+    # -- ranks like a template -------------------------------------------------------------
+
+    def share_by_template(self, rank: Rank, fields: list[bytes]) -> bool:
+        """Share the node list of the template whose pieces equal this file's; False when none fits.
+
+        `fields` is the node section split at its per-rank fields: pieces at even indices.
+        """
+        template = self.templates.get(tuple(fields[0::2]))
+        if template is None:
+            return False
+        maps = self.maps_from_fields(template.keys, fields[1::2], rank.rank)
+        if maps is None:
+            return False
+        rank.nodes = template.nodes
+        rank.group_map, rank.peer_map = maps
+        self.shared_ranks += 1
+        return True
+
+    @staticmethod
+    def maps_from_fields(keys: tuple, fields: list[bytes], rank_id: int):
+        """(group_map, peer_map) giving this rank's fields from the shared nodes, or None.
+
+        A field of another length than the template's would move the message bounds the
+        pieces fix, so it does not fit; neither does a value two fields disagree on.
+        """
+        group_map: dict[int, int] = {}
+        peer_map: dict[int, int] = {}
+        for (role, raw, length), field in set(zip(keys, fields)):  # few distinct pairs per file
+            if len(field) != length:
+                return None
+            if role == "fixed":
+                if field != raw:
+                    return None
+                continue
+            found = per_rank_field(field)
+            if found is None:
+                return None
+            value = found[1]
+            if role == "own":
+                fits = value == rank_id
+            elif role == "group":
+                fits = group_map.setdefault(raw, value) == value
+            else:
+                fits = peer_map.setdefault(raw, value) == value
+            if not fits:
+                return None
+        return changed(group_map), changed(peer_map)
+
+    def learn_template(self, rank: Rank, recipes: list[tuple], starts: list[int], fields: list[bytes]) -> None:
+        """Make a decoded file a template when its split is exactly its per-rank attributes."""
+        pieces = tuple(fields[0::2])
+        if pieces in self.templates:
+            return
+        found, at = [], 0
+        for piece, field in zip(pieces, fields[1::2]):
+            at += len(piece)
+            found.append((at, at + len(field)))
+            at += len(field)
+        decoded, keys = [], []
+        nodes = rank.nodes
+        for index, (recipe, start) in enumerate(zip(recipes, starts)):
+            spans = recipe[5]
+            if recipe[3] is None or spans is None:
+                return  # measured times, per-rank values in another form, not canonical, ...
+            for begin, end, role in spans:
+                decoded.append((start + begin, start + end))
+                node = nodes[index]
+                raw = node.group if role == "group" else node.peer if role == "peer" else None
+                keys.append((role, raw, end - begin))
+        if decoded != found:
+            return  # a match that is no attribute (it spans two messages)
+        fields_found = fields[1::2]
+        for i, ((role, raw, length), field) in enumerate(zip(keys, fields_found)):
+            if role == "fixed":
+                keys[i] = (role, field, length)
+            elif role == "own" and per_rank_field(field)[1] != rank.rank:
+                return  # other ranks' dumps would show their own rank where this file has another
+        self.templates[pieces] = Template(nodes, tuple(keys))
+
+    # -- message by message ----------------------------------------------------------------
 
     def recipe(self, body: bytes, path: Path, offset: int) -> tuple:
         known = self.recipes.get(body)
         if known is None:
             wire = decode(pb.Node, body, path, offset, "Node")
-            if len(UnknownFieldSet(wire)) or wire.SerializeToString() != body or io_has_unknown_fields(wire):
+            canonical = not (len(UnknownFieldSet(wire)) or wire.SerializeToString() != body or io_has_unknown_fields(wire))
+            if not canonical:
                 self.noncanonical += 1  # unknown fields, unpacked lists, ...: a dump cannot repeat these bytes
-            known = self.recipes[body] = self.convert(wire, path, offset)
+            known = self.recipes[body] = self.convert(wire, body, canonical, path, offset)
         return known
 
     @staticmethod
@@ -267,41 +415,48 @@ class NodeDecoder:
         fields, deps, ctrl_deps = recipe[0], recipe[1], recipe[2]
         return Node(**fields, deps=list(deps), ctrl_deps=list(ctrl_deps))
 
-    def convert(self, wire: pb.Node, path: Path, offset: int) -> tuple:
+    def convert(self, wire: pb.Node, body: bytes, canonical: bool, path: Path, offset: int) -> tuple:
         where = f"{path}: byte {offset}"
-        kind = node_kind(wire.type, wire.id, wire.name, where)
+        node_type = wire.type
+        kind = node_kind(node_type, wire.id, wire.name, where)
         fields = {
             "id": wire.id, "name": wire.name, "kind": kind, "duration_ns": wire.duration_micros * 1000,
             "start_ns": wire.start_time_micros * 1000 if wire.start_time_micros else None,
             "inputs": (wire.inputs.values, wire.inputs.shapes, wire.inputs.types) if wire.HasField("inputs") else None,
             "outputs": (wire.outputs.values, wire.outputs.shapes, wire.outputs.types) if wire.HasField("outputs") else None,
         }
-        attrs = []
+        infos = []
         for attr in wire.attr:
-            key = (wire.type, attr.SerializeToString())
-            known = self.attrs.get(key)
-            if known is None:
-                item = attr_from_proto(attr)
-                if not reencodes(attr, item):
-                    self.noncanonical += 1
-                known = self.attrs[key] = (item, attr_effect(kind, item))
-            attrs.append(known[0])
-            if known[1] is not None:
-                apply_effect(fields, known[1], wire.id, wire.name, where)
-        fields["attrs"] = attrs
+            info = self.attrs.get((node_type, attr.SerializeToString()))
+            if info is None:
+                info = self.attr_info(node_type, kind, attr)
+            infos.append(info)
+            canonical = canonical and info[2]
+            if info[1] is not None:
+                apply_effect(fields, info[1], wire.id, wire.name, where)
+        fields["attrs"] = [info[0] for info in infos]
         deps, ctrl_deps = tuple(wire.data_deps), tuple(wire.ctrl_deps)
-        shape, per_rank = self.shape_of(wire, fields, deps, ctrl_deps)
-        return fields, deps, ctrl_deps, shape, per_rank
+        shape, per_rank = self.shape_of(wire, fields, deps, ctrl_deps, infos)
+        return fields, deps, ctrl_deps, shape, per_rank, per_rank_fields(body, infos) if canonical else None
 
-    def shape_of(self, wire: pb.Node, fields: dict, deps: tuple, ctrl_deps: tuple):
+    def attr_info(self, node_type: int, kind: NodeKind, attr: pb.AttributeProto) -> tuple:
+        """(attr, model effect, encodes back to its bytes, per-rank role, in per-rank form), cached."""
+        item = attr_from_proto(attr)
+        same = reencodes(attr, item)
+        if not same:
+            self.noncanonical += 1
+        info = (item, attr_effect(kind, item), same, per_rank_role(node_type, item), in_per_rank_form(item))
+        self.attrs[(node_type, attr.SerializeToString())] = info
+        return info
+
+    def shape_of(self, wire: pb.Node, fields: dict, deps: tuple, ctrl_deps: tuple, infos: list[tuple]):
         """(shape id, per-rank values): equal shapes differ at most in the per-rank values.
 
         Shape None keeps the node's rank on a list of its own: measured times, or a group or
         peer that comes from an attribute not in ASTRA-sim's form (a map could not rebuild it).
         """
-        attrs = fields["attrs"]
-        roles = [per_rank_role(wire.type, a) for a in attrs]
-        names = [a.name for a, role in zip(attrs, roles) if role]
+        roles = [info[3] for info in infos]
+        names = [info[0].name for info in infos if info[3]]
         if (
             wire.start_time_micros
             or len(set(names)) != len(names)
@@ -311,9 +466,9 @@ class NodeDecoder:
             return None, ()
         key = (
             wire.id, wire.name, wire.type, wire.duration_micros, deps, ctrl_deps, fields["inputs"], fields["outputs"],
-            tuple((i, role) if role else id(a) for i, (a, role) in enumerate(zip(attrs, roles))),
+            tuple((i, role) if role else id(info[0]) for i, (info, role) in enumerate(zip(infos, roles))),
         )
-        per_rank = tuple((role, int(a.value)) for a, role in zip(attrs, roles) if role)
+        per_rank = tuple((info[3], int(info[0].value)) for info in infos if info[3])
         return self.shapes.setdefault(key, len(self.shapes)), per_rank
 
     def share(self, rank: Rank, recipes: list[tuple]) -> bool:
@@ -350,9 +505,34 @@ class NodeDecoder:
                         return None
                 elif peer_map.setdefault(mine, yours) != yours:
                     return None
-        group_map = {k: v for k, v in group_map.items() if k != v}
-        peer_map = {k: v for k, v in peer_map.items() if k != v}
-        return group_map or None, peer_map or None
+        return changed(group_map), changed(peer_map)
+
+
+def changed(mapping: dict[int, int]) -> dict[int, int] | None:
+    """The entries that change a value, in key order; None when there are none (identity)."""
+    return dict(sorted((k, v) for k, v in mapping.items() if k != v)) or None
+
+
+def per_rank_fields(body: bytes, infos: list[tuple]) -> tuple | None:
+    """Where a message's per-rank attributes lie: ((start, end, role), ...), role "fixed" for
+    an attribute in per-rank form that per_rank_role gives no role on this node.
+
+    `infos` are the message's attributes as NodeDecoder.attr_info describes them. None when
+    the PER_RANK_FIELD matches are not exactly these attributes, or when an attribute with a
+    role is not in that form (its value would hide in the pieces).
+    """
+    expected = [info for info in infos if info[4]]
+    if not expected and b"comm_" not in body and b"pg_name" not in body:
+        return ()
+    matches = list(PER_RANK_FIELD.finditer(body))
+    if len(matches) != len(expected) or any(info[3] and not info[4] for info in infos):
+        return None
+    found = []
+    for match, (attr, _, _, role, _) in zip(matches, expected):
+        if per_rank_field(match.group()) != (attr.name, int(attr.value)):
+            return None
+        found.append((match.start(), match.end(), role or "fixed"))
+    return tuple(found)
 
 
 def reencodes(attr: pb.AttributeProto, item: WireAttr) -> bool:
@@ -371,11 +551,11 @@ def node_kind(node_type: int, node_id: int, name: str, where: str) -> NodeKind:
     return kind
 
 
-def model_node(
+def model_fields(
     node_id: int, name: str, node_type: int, ctrl_deps: list[int], data_deps: list[int],
     start_micros: int, duration_micros: int, inputs, outputs, attrs: list[WireAttr], where: str,
-) -> Node:
-    """Derive the model fields of a node from its Chakra fields (the et-json reader's way in)."""
+) -> dict:
+    """The keyword arguments of `Node` for a node with these Chakra fields."""
     kind = node_kind(node_type, node_id, name, where)
     fields = {
         "id": node_id, "name": name, "kind": kind, "duration_ns": duration_micros * 1000,
@@ -386,7 +566,7 @@ def model_node(
         effect = attr_effect(kind, attr)
         if effect is not None:
             apply_effect(fields, effect, node_id, name, where)
-    return Node(**fields)
+    return fields
 
 
 def int_value(attr: WireAttr) -> int | None:

@@ -3,14 +3,26 @@
 The trace is marked verbatim: the Chakra writer then writes every rank exactly as the dump
 describes it (original ids, deps, attribute order and kinds, IOInfo, metadata), which makes
 `.et -> et-json -> .et` byte-identical. Wrong JSON types are reported with their JSON path.
+
+Memory and speed: the file is mapped, not read. A dump laid out as the writer lays it out
+(compact JSON, format and version first) is parsed one rank at a time; any other layout is
+parsed whole. A node or attribute seen before (the same JSON) is converted once, and its
+nodes share the converted attribute list and strings. Python's cyclic garbage collector is
+paused while the objects pile up (it would scan them again and again; nothing here forms
+cycles). Ranks still get node lists of their own: the Chakra writer writes a verbatim trace's
+attributes as they are, so lists shared with per-rank maps would lose the per-rank values.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import gc
+import mmap
+import os
 import re
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import orjson
 
@@ -19,7 +31,7 @@ from .._proto.wire import ATTR_KINDS, int_range
 from ..diagnostics import Diagnostics, InputError
 from ..model import ExecutionTrace, Group, Node, Rank, WireAttr
 from ..options import Options
-from .chakra import apply_our_metadata, apply_parallel_options, decide_timing, model_node
+from .chakra import apply_our_metadata, apply_parallel_options, decide_timing, model_fields
 
 FORMAT = "et-convert.et-json"
 NODE_TYPES = {v.name: v.number for v in pb.NodeType.DESCRIPTOR.values}
@@ -33,17 +45,104 @@ def sniff(head: bytes, path: Path) -> bool:
     return SNIFF.match(head) is not None
 
 
+# The writer's layout: the head of the document, where each rank's body may end (the next
+# rank's key or the groups follow), and a rank key.
+WRITER_HEAD = re.compile(rb'\{"format":"et-convert\.et-json","version":1,"ranks":\{')
+BODY_END = re.compile(rb'\}(?=,"\d+":\{|\},"groups":)')
+RANK_KEY = re.compile(rb'"(\d+)":')
+
+
 def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
     if len(paths) != 1:
         raise InputError(str(paths[1]), "an et-json dump is one file; give only the dump")
     path = paths[0]
+    data = mapped(path)
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        doc = orjson.loads(path.read_bytes())
+        dump = Dump(str(path), options)
+        layout = WriterLayout(data)
+        if layout.matches:
+            return dump.trace_in_parts(layout)
+        return dump.trace(parse_json(path, data))
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def mapped(path: Path):
+    """The file's bytes, mapped rather than read (WriterLayout gives back what it has parsed)."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return b""
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as e:
         raise InputError(str(path), f"cannot read: {e.strerror}") from None
+
+
+def parse_json(path: Path, data) -> object:
+    try:
+        with memoryview(data) as view:
+            return orjson.loads(view)
     except orjson.JSONDecodeError as e:
         raise InputError(str(path), f"not valid JSON ({e})") from None
-    return Dump(str(path), options).trace(doc)
+
+
+class WriterLayout:
+    """A dump as the writer lays it out, cut into ranks without parsing the whole document.
+
+    A rank's body ends at a `}` that is followed by the next rank's key or by the groups.
+    Strings cannot hold these bytes (their quote would be escaped), but an object inside a
+    rank may be followed by a numbered key, so each candidate end is tried in turn: the first
+    at which the body parses is its real end (a JSON value has no shorter valid prefix).
+    The pages of the ranks read are given back to the system as the reading goes on.
+    """
+
+    def __init__(self, data):
+        self.data = data  # bytes or a read-only mmap
+        head = WRITER_HEAD.match(data)
+        self.matches = head is not None
+        self.ranks_at = head.end() - 1 if head else 0  # the `{` of the ranks object
+        self.tail = None  # where the ranks object ends, once every rank was read
+        self.released = 0
+
+    def ranks(self) -> Iterator[tuple[str, object]]:
+        data = self.data
+        pos = self.ranks_at + 1
+        while data[pos:pos + 1] != b"}":
+            key = RANK_KEY.match(data, pos)
+            if key is None:
+                return self.broken()
+            start = key.end()
+            for end in BODY_END.finditer(data, start):
+                try:
+                    with memoryview(data)[start:end.end()] as body_bytes:
+                        body = orjson.loads(body_bytes)
+                except orjson.JSONDecodeError:
+                    continue
+                break
+            else:
+                return self.broken()
+            yield key.group(1).decode(), body
+            pos = end.end() + (data[end.end():end.end() + 1] == b",")
+            self.release(pos)
+        self.tail = pos + 1
+
+    def release(self, upto: int) -> None:
+        """Let the system drop the mapped pages of the ranks already read."""
+        if isinstance(self.data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            upto -= upto % mmap.PAGESIZE
+            if upto > self.released:
+                self.data.madvise(mmap.MADV_DONTNEED, self.released, upto - self.released)
+                self.released = upto
+
+    def rest(self) -> bytes:
+        """The document without its ranks: format, version, an empty ranks object, groups."""
+        return self.data[:self.ranks_at] + b"{}" + self.data[self.tail:]
+
+    def broken(self):
+        raise orjson.JSONDecodeError("unexpected content", "", 0)
 
 
 class Dump:
@@ -52,6 +151,8 @@ class Dump:
     def __init__(self, file: str, options: Options):
         self.file = file
         self.options = options
+        self.nodes: dict[bytes, tuple[dict, list, list]] = {}  # node JSON -> (fields, data deps, ctrl deps)
+        self.attr_cache: dict[bytes, WireAttr] = {}  # attribute JSON -> attribute
 
     def fail(self, where: str, message: str):
         raise InputError(self.file, f"{where}: {message}")
@@ -78,18 +179,37 @@ class Dump:
             self.fail("$.format", f"expected {FORMAT!r}, found {doc.get('format')!r}")
         if doc.get("version") != 1:
             self.fail("$.version", f"this et-convert reads version 1, found {doc.get('version')!r}")
+        ranks = self.expect(doc.get("ranks"), dict, "$.ranks", "an object of ranks")
+        trace = self.new_trace()
+        self.add_ranks(trace, ((key, ranks.pop(key)) for key in list(ranks)))  # each rank's JSON goes once converted
+        return self.finish(trace, doc)
+
+    def trace_in_parts(self, layout: WriterLayout) -> ExecutionTrace:
+        """The same as `trace`, reading one rank's JSON at a time (the head was matched)."""
+        trace = self.new_trace()
+        try:
+            self.add_ranks(trace, layout.ranks())
+            rest = orjson.loads(layout.rest())
+        except orjson.JSONDecodeError:  # not quite the writer's layout, or not JSON: parse it whole
+            return self.trace(parse_json(Path(self.file), layout.data))
+        return self.finish(trace, rest)
+
+    def new_trace(self) -> ExecutionTrace:
         trace = ExecutionTrace()
         trace.source.format = "et-json"
         trace.units = {"duration": "us (Chakra duration_micros)", "comm_size": "bytes"}
         trace.metadata["chakra.verbatim"] = True
         trace.metadata["chakra.wire"] = True
-        ranks = self.expect(doc.get("ranks"), dict, "$.ranks", "an object of ranks")
-        for key in list(ranks):
-            body = ranks.pop(key)  # let each rank's JSON go once it is converted
+        return trace
+
+    def add_ranks(self, trace: ExecutionTrace, ranks: Iterable[tuple[str, object]]) -> None:
+        for key, body in ranks:
             where = f"$.ranks.{key}"
             if not (key.isascii() and key.isdigit()):
                 self.fail(where, "rank keys must be decimal rank numbers")
             trace.ranks[int(key)] = self.rank(int(key), body, where)
+
+    def finish(self, trace: ExecutionTrace, doc: dict) -> ExecutionTrace:
         trace.ranks = dict(sorted(trace.ranks.items()))
         for key, body in self.expect(doc.get("groups", {}), dict, "$.groups", "an object of groups").items():
             trace.groups[self.integer(key, f"$.groups.{key}", (1, UINT64[1]))] = self.group(key, body)
@@ -115,10 +235,20 @@ class Dump:
         attrs = self.attrs(meta.get("attr", []), f"{where}.metadata.attr")
         rank = Rank(rank_id, source=file or None, wire_metadata=(version, attrs))
         nodes = self.expect(body.get("nodes", []), list, f"{where}.nodes", "a list of nodes")
-        rank.nodes = [self.node(n, f"{where}.nodes[{i}]") for i, n in enumerate(nodes)]
+        rank.nodes = [self.node(n, where, i) for i, n in enumerate(nodes)]
         return rank
 
-    def node(self, body, where: str) -> Node:
+    def node(self, body, rank_where: str, index: int) -> Node:
+        key = orjson.dumps(body) if isinstance(body, dict) else None
+        known = self.nodes.get(key) if key is not None else None
+        if known is None:
+            known = self.convert_node(body, f"{rank_where}.nodes[{index}]")
+            if key is not None:
+                self.nodes[key] = known
+        fields, deps, ctrl_deps = known
+        return Node(**fields, deps=list(deps), ctrl_deps=list(ctrl_deps))
+
+    def convert_node(self, body, where: str) -> tuple[dict, list, list]:
         body = self.expect(body, dict, where, "an object")
         node_type = body.get("type")
         if isinstance(node_type, str):
@@ -130,13 +260,14 @@ class Dump:
         name = self.expect(body.get("name", ""), str, f"{where}.name", "a string")
         ctrl = [self.integer(d, f"{where}.ctrl_deps[{i}]") for i, d in enumerate(self.list(body, "ctrl_deps", where))]
         data = [self.integer(d, f"{where}.data_deps[{i}]") for i, d in enumerate(self.list(body, "data_deps", where))]
-        return model_node(
+        fields = model_fields(
             self.integer(body.get("id", 0), f"{where}.id"), name, node_type, ctrl, data,
             self.integer(body.get("start_time_micros", 0), f"{where}.start_time_micros"),
             self.integer(body.get("duration_micros", 0), f"{where}.duration_micros"),
             self.io(body, "inputs", where), self.io(body, "outputs", where),
             self.attrs(body.get("attr", []), f"{where}.attr"), f"{self.file}: {where}",
         )
+        return fields, fields.pop("deps"), fields.pop("ctrl_deps")
 
     def list(self, body: dict, key: str, where: str) -> list:
         return self.expect(body.get(key, []), list, f"{where}.{key}", "a list")
@@ -151,7 +282,14 @@ class Dump:
 
     def attrs(self, items, where: str) -> list[WireAttr]:
         items = self.expect(items, list, where, "a list of attributes")
-        return [self.attr(item, f"{where}[{i}]") for i, item in enumerate(items)]
+        out = []
+        for i, item in enumerate(items):
+            key = orjson.dumps(item)
+            attr = self.attr_cache.get(key)
+            if attr is None:
+                attr = self.attr_cache[key] = self.attr(item, f"{where}[{i}]")
+            out.append(attr)
+        return out
 
     def attr(self, body, where: str) -> WireAttr:
         body = self.expect(body, dict, where, "an object with name, kind, value")

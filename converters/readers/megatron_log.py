@@ -16,12 +16,18 @@ The reader knows nothing of ranks' layout, groups or Chakra: times stay as they 
 from __future__ import annotations
 
 import ast
+import functools
 import re
+import sys
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
 
+from .. import progress
 from ..diagnostics import Diagnostics, InputError, at
+from .text import not_utf8
 
 # The keys the tracer writes on an op line and inside a sub-operation string.
 OP_KEYS = (
@@ -39,6 +45,8 @@ _LINE = re.compile(r"rank:(\d+):([A-Za-z_]\w*)\((.*)\)\s*$")
 _LINE_START = re.compile(rb"\s*rank:\d+:[A-Za-z_]\w*\(")
 _KEY = re.compile(r"\s*([A-Za-z_]\w*)=")
 _SUBOPS_SHAPE = "expected a list of quoted 'key=value,...' strings"
+NO_EXTRAS: Mapping[str, str] = MappingProxyType({})  # shared by the many records without unknown keys
+MAX_MS = ((1 << 63) - 1) // 1_000_000  # times become int64 nanoseconds
 
 
 @dataclass(slots=True)
@@ -53,7 +61,7 @@ class SubOp:
     comm_func: str | None  # allreduce, all_to_all, allgather, ...
     func_name: str | None
     trace_src_func: str | None
-    extras: dict[str, str] = field(default_factory=dict)
+    extras: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -78,7 +86,7 @@ class OpRecord:
     sub_ops: list[SubOp]
     file: str
     line: int
-    extras: dict[str, str] = field(default_factory=dict)
+    extras: Mapping[str, str] = field(default_factory=dict)  # keys the reader does not know
     raw_stamp: str = ""  # timestamp and duration text as logged: fused exchanges share them
     raw_duration: str = ""
 
@@ -102,51 +110,67 @@ def sniff(head: bytes, path: Path | None = None) -> bool:
 def read_files(paths: list[Path], diagnostics: Diagnostics, strict: bool = False) -> list[OpRecord]:
     """Every record of every file, in the order given (files, then lines)."""
     records: list[OpRecord] = []
-    for path in paths:
-        records.extend(read_file(path, diagnostics, strict))
+    total = sum(_size(path) for path in paths)
+    with progress.bar("reading logs", total=total, unit=progress.mib) as bar:
+        for path in paths:
+            records.extend(read_file(path, diagnostics, strict, bar))
     return records
 
 
-def read_file(path: Path, diagnostics: Diagnostics, strict: bool = False) -> list[OpRecord]:
-    name = str(path)
+def _size(path: Path) -> int:
     try:
-        data = path.read_bytes()
+        return path.stat().st_size
+    except OSError:
+        return 0  # read_file says why it cannot be read
+
+
+def read_file(path: Path, diagnostics: Diagnostics, strict: bool = False, bar=None) -> list[OpRecord]:
+    """The records of one log, read line by line (a log may be larger than memory allows twice).
+
+    Each line is parsed once the next non-blank line is seen, so the last one is known: only the
+    last line may be cut off (the run crashed while the tracer wrote it).
+    """
+    name = str(path)
+    records: list[OpRecord] = []
+    held: tuple[int, bytes] | None = None  # the latest non-blank line, not yet known to be the last
+    try:
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                if bar is not None:
+                    bar.advance(len(raw))
+                if not raw.strip():
+                    continue
+                if held is not None:
+                    records.append(parse_line(_decode(held[1], name, held[0]), name, held[0]))
+                held = (number, raw)
     except OSError as e:
         raise InputError(name, f"cannot read: {e.strerror}") from None
-    lines = data.split(b"\n")
-    ends_with_newline = bool(lines) and lines[-1] == b""
-    if ends_with_newline:
-        lines.pop()
-    last = _last_nonblank(lines)
-    records = []
-    for index, raw in enumerate(lines):
-        number = index + 1
-        if not raw.strip():
-            continue
-        text = _decode(raw, name, number)
-        if number != last:
-            records.append(parse_line(text, name, number))
-            continue
-        try:
-            records.append(parse_line(text, name, number))
-        except InputError:
-            # A crash while the tracer wrote its last line leaves it unfinished.
-            if not (_is_cut_off(text) or (not ends_with_newline and text.lstrip().startswith("rank:"))):
-                raise
-            if strict:
-                raise InputError(at(name, number), "last line is cut off (no closing ')'); the run may have crashed while writing it") from None
-            diagnostics.warn(
-                f"megatron-cut-off:{name}",
-                f"{at(name, number)}: last line is cut off; converted the {len(records)} complete lines before it",
-            )
+    if held is not None:
+        record = _last_line(held[1], name, held[0], len(records), diagnostics, strict)
+        if record is not None:
+            records.append(record)
     return records
 
 
-def _last_nonblank(lines: list[bytes]) -> int:
-    for index in range(len(lines) - 1, -1, -1):
-        if lines[index].strip():
-            return index + 1
-    return 0
+def _last_line(raw: bytes, name: str, number: int, before: int, diagnostics: Diagnostics, strict: bool) -> OpRecord | None:
+    """The last line's record, or None (with a warning) when the line is cut off."""
+    complete = raw.endswith(b"\n")
+    try:
+        return parse_line(_decode(raw, name, number), name, number)
+    except InputError:
+        text = raw.decode("utf-8", errors="replace")
+        # A crash while the tracer wrote its last line leaves it unfinished (even mid-character).
+        if not (_is_cut_off(text) or (not complete and text.lstrip().startswith("rank:"))):
+            raise
+        if complete and "\ufffd" in text:
+            raise  # a whole line with bytes that are not text is garbled, not cut off
+    if strict:
+        raise InputError(at(name, number), "last line is cut off (no closing ')'); the run may have crashed while writing it")
+    diagnostics.warn(
+        f"megatron-cut-off:{name}",
+        f"{at(name, number)}: last line is cut off; converted the {before} complete lines before it",
+    )
+    return None
 
 
 def _is_cut_off(text: str) -> bool:
@@ -156,10 +180,11 @@ def _is_cut_off(text: str) -> bool:
 
 
 def _decode(raw: bytes, name: str, number: int) -> str:
+    line = raw.rstrip(b"\n")
     try:
-        return raw.decode("utf-8").rstrip("\r")
+        return line.decode("utf-8").rstrip("\r")
     except UnicodeDecodeError as e:
-        raise InputError(at(name, number), f"not UTF-8 text (byte {e.start} of the line)") from None
+        raise not_utf8(line, e.start, name, number) from None
 
 
 def parse_line(text: str, file: str, line: int) -> OpRecord:
@@ -170,14 +195,14 @@ def parse_line(text: str, file: str, line: int) -> OpRecord:
         raise InputError(where, f"expected rank:<r>:<op>(key=value,...), found {_excerpt(text)}")
     rank_text, op, body = match.groups()
     fields = split_fields(body, OP_KEYS, free_text=("description",))
-    extras = {k: v for k, v in fields.items() if k not in OP_KEYS}
+    extras = {k: v for k, v in fields.items() if k not in OP_KEYS} or NO_EXTRAS
     for key in REQUIRED_OP_KEYS:
         if key not in fields:
             raise InputError(where, f"{op}: missing {key}= (expected keys {', '.join(OP_KEYS)})")
     sub_ops = parse_sub_operations(fields.get("sub_operations", "[]"), where)
     return OpRecord(
         rank=int(rank_text),
-        op=op,
+        op=sys.intern(op),
         stage=parse_int(fields["stage_id"], "stage_id", where),
         batch=parse_int(fields["batch_id"], "batch_id", where),
         mg_state=_none(fields.get("mg_state")),
@@ -222,7 +247,7 @@ def _parse_sub_op(text: str, index: int, where: str) -> SubOp:
         comm_func=_none(fields.get("comm_func")),
         func_name=_none(fields.get("func_name")),
         trace_src_func=_none(fields.get("trace_src_func")),
-        extras={k: v for k, v in fields.items() if k not in SUB_KEYS},
+        extras={k: v for k, v in fields.items() if k not in SUB_KEYS} or NO_EXTRAS,
     )
 
 
@@ -250,14 +275,27 @@ def split_fields(body: str, known: tuple[str, ...], free_text: tuple[str, ...] =
     return fields
 
 
+_NESTING = re.compile(r"[\[\]()'\"\\]")  # what can hide a comma: brackets, quotes, escapes
+_STRUCTURE = re.compile(r"[\[\]()'\"\\,]")
+
+
 def _top_level_pieces(body: str) -> list[str]:
-    pieces, depth, quote, start, escaped = [], 0, "", 0, False
-    for i, ch in enumerate(body):
+    """`body` split at commas outside brackets (and outside quotes inside brackets).
+
+    Only the characters that matter are visited (a regex finds them), so long plain values
+    cost nothing; a backslash inside quotes escapes the character after it, whatever it is.
+    """
+    if _NESTING.search(body) is None:
+        return body.split(",")
+    pieces, depth, quote, start, skip = [], 0, "", 0, -1
+    for match in _STRUCTURE.finditer(body):
+        i = match.start()
+        ch = body[i]
         if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
+            if i == skip:
+                continue
+            if ch == "\\":
+                skip = i + 1
             elif ch == quote:
                 quote = ""
         elif ch in "'\"" and depth > 0:
@@ -284,6 +322,8 @@ def parse_ms(text: str, key: str, where: str) -> int:
         raise InputError(where, f"{key}: expected a finite number of milliseconds, found {value}")
     if key.endswith("duration") and number < 0:
         raise InputError(where, f"{key}: expected a duration of at least 0 ms, found {value}")
+    if abs(number) > MAX_MS:
+        raise InputError(where, f"{key}: {value} ms is too large (at most {MAX_MS} ms)")
     return int((number * 1_000_000).to_integral_value())
 
 
@@ -297,17 +337,26 @@ def parse_int(text: str, key: str, where: str) -> int:
 def parse_shape(text: str | None, key: str, where: str) -> tuple[int, ...] | None:
     if text is None or text.strip() in ("None", ""):
         return None
-    value = text.strip()
+    shape = _shape(text.strip())
+    if shape is None:
+        raise InputError(where, f"{key}: expected a list of integers like [2048, 5120], found {_excerpt(text)}")
+    return shape
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape(value: str) -> tuple[int, ...] | None:
+    """`[2048, 2, 5120]` -> (2048, 2, 5120), one shared tuple per distinct text; None if malformed."""
     if not re.fullmatch(r"\[\s*(\d+\s*(,\s*\d+\s*)*,?)?\]", value):
-        raise InputError(where, f"{key}: expected a list of integers like [2048, 5120], found {_excerpt(value)}")
+        return None
     return tuple(int(x) for x in re.findall(r"\d+", value))
 
 
 def _none(text: str | None) -> str | None:
+    """The value, or None for `None`; interned, since a log repeats the same few (millions of records)."""
     if text is None:
         return None
     value = text.strip()
-    return None if value in ("None", "") else value
+    return None if value in ("None", "") else sys.intern(value)
 
 
 def _excerpt(text: str, limit: int = 60) -> str:

@@ -20,6 +20,10 @@ COLUMNS = (
     "weight_grad_comm_size", "process_time",
 )
 COLLECTIVES = ("ALLREDUCE", "ALLGATHER", "REDUCESCATTER", "ALLTOALL")
+# Times become int64 nanoseconds and sizes int64 bytes in Chakra nodes; more is a broken file.
+MAX_NS = (1 << 63) - 1
+MAX_MS = MAX_NS // 1_000_000
+MAX_ELEMENTS = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,8 @@ def _ms(where: str, column: str, cell: str) -> float:
         value = math.nan
     if not math.isfinite(value) or value < 0:
         raise InputError(where, f"{column}: expected a time in ms >= 0, found {cell!r}")
+    if value > MAX_MS:
+        raise InputError(where, f"{column}: {cell} ms is too long (at most {MAX_MS} ms)")
     return value
 
 
@@ -93,6 +99,8 @@ def _comm(where: str, column: str, kind_cell: str, size_cell: str) -> NeuComm | 
         size = math.nan
     if not math.isfinite(size) or size < 0 or size != int(size):
         raise InputError(where, f"{size_column}: expected a whole element count >= 0, found {size_cell!r}")
+    if size > MAX_ELEMENTS:
+        raise InputError(where, f"{size_column}: {size_cell} elements is too many (at most 2^63 - 1)")
     if kind_cell == "None":
         return None
     base = kind_cell.removesuffix("_ASYNC")

@@ -21,6 +21,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from ..diagnostics import Diagnostics, InputError, at
+from .text import decode, not_utf8, read_bytes
 
 _TOKENS = re.compile(
     r"(?P<header>\[rank:(?P<h_rank>\d+) stage:(?P<h_stage>\d+)\] transformer-block\(module\) forward time "
@@ -86,18 +87,35 @@ def sniff(head: bytes, path: Path | None = None) -> bool:
     return any(mark in head for mark in _SNIFF_MARKS)
 
 
-def read_log(path: Path, diagnostics: Diagnostics) -> OptimusLog:
+def read_log(path: Path, diagnostics: Diagnostics, strict: bool = False) -> OptimusLog:
     name = str(path)
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as e:
-        raise InputError(name, f"cannot read: {e.strerror}") from None
+    data = read_bytes(path)
+    # Ranks print whole lines, so a log that does not end in a newline was cut off; the cut
+    # line may still match a token with a wrong number (`ms/batch 12` of `ms/batch 1234.5`).
+    end = data.rfind(b"\n") + 1
+    text = decode(data[:end], name)
+    tail = data[end:]
+    if tail.strip():
+        try:
+            tail.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if e.start < len(tail) - 3:  # not just a character cut in half by the crash
+                raise not_utf8(data, end + e.start, name) from None
+        _cut_last_line(name, data.count(b"\n", 0, end) + 1, diagnostics, strict)
     return parse_text(text, name, diagnostics)
+
+
+def _cut_last_line(name: str, number: int, diagnostics: Diagnostics, strict: bool) -> None:
+    if strict:
+        raise InputError(at(name, number), "last line is cut off (no newline at its end); the run may have crashed "
+                                           "while writing it")
+    diagnostics.warn(f"optimus-cut-off:{name}",
+                     f"{at(name, number)}: last line is cut off; converted the {number - 1} complete lines before it")
 
 
 def parse_text(text: str, file: str, diagnostics: Diagnostics) -> OptimusLog:
     log = OptimusLog(file)
-    newlines = [i for i, ch in enumerate(text) if ch == "\n"]
+    newlines = [match.start() for match in re.finditer("\n", text)]
 
     def where(pos: int) -> str:
         return at(file, bisect.bisect_right(newlines, pos - 1) + 1)

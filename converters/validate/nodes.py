@@ -138,6 +138,7 @@ def check_nodes(ctx: Context) -> list[Finding]:
                 tally.add(("W014",), node)
             if node.size <= 0:
                 tally.add(("E012", node.size, "collective"), node)
+        users = {rank.rank for rank in shared.ranks}
         for i in (*shared.sends, *shared.recvs):
             node = nodes[i]
             if node.size <= 0:
@@ -147,9 +148,10 @@ def check_nodes(ctx: Context) -> list[Finding]:
                 tally.add(("E015", node.kind.name.lower(), missing), node)
             elif node.tag is not None and node.tag < 0:
                 tally.add(("E015", node.kind.name.lower(), "tag >= 0"), node)
-            # A shared list holds its first rank's attributes (readers map the others' peers).
+            # A shared list holds the attributes of the rank it was read for, one of its users
+            # (readers share only when every user's own end is its rank; writers write each rank's).
             own = _own_end(node)
-            if own is not None and own != shared.ranks[0].rank:
+            if own is not None and own not in users:
                 tally.add(("E016", node.kind.name.lower(), own), node)
         # Only nodes read from Chakra files: the writer rounds model durations up to 1 µs.
         if nodes and nodes[0].attrs is not None:

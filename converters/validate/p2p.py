@@ -15,32 +15,86 @@ CHECK = "p2p"
 
 
 def check_p2p(ctx: Context) -> list[Finding]:
-    # (src, dst, tag) -> [(rank, node)] in rank order, program order
-    sends: dict[tuple, list[tuple[int, Node]]] = {}
-    recvs: dict[tuple, list[tuple[int, Node]]] = {}
+    # (src, dst) -> {tag: nodes in issue order}: the sends of rank src to dst, the receives of
+    # rank dst from src. Ranks sharing a node list share these tables (one per peer of the
+    # list), so each distinct pair of tables is compared once.
+    sends: dict[tuple, dict] = {}
+    recvs: dict[tuple, dict] = {}
     for shared in ctx.shared:
-        nodes = shared.nodes
-        send_nodes = [nodes[i] for i in shared.sends]
-        recv_nodes = [nodes[i] for i in shared.recvs]
+        send_tables = _by_peer(shared.nodes, shared.sends)
+        recv_tables = _by_peer(shared.nodes, shared.recvs)
         for rank in shared.ranks:
             r = rank.rank
-            peers = rank.peer_map or {}
-            for node in send_nodes:
-                peer = node.peer
-                sends.setdefault((r, peers.get(peer, peer), node.tag), []).append((r, node))
-            for node in recv_nodes:
-                peer = node.peer
-                recvs.setdefault((peers.get(peer, peer), r, node.tag), []).append((r, node))
+            for peer, table in _resolved(rank, send_tables):
+                sends[(r, peer)] = table
+            for peer, table in _resolved(rank, recv_tables):
+                recvs[(peer, r)] = table
     problems: list[tuple[tuple, list[Finding]]] = []
-    for key, s_list in sends.items():
-        r_list = recvs.get(key, [])
-        if len(s_list) != len(r_list) or any(map(_differ, s_list, r_list)):
-            problems.append((_sort_key(key), _check_key(ctx, key, s_list, r_list)))
-    for key, r_list in recvs.items():
-        if key not in sends:
-            problems.append((_sort_key(key), _check_key(ctx, key, [], r_list)))
+    pair_up: dict[tuple[int, int], bool] = {}  # (id of send table, id of receive table) -> all pair up
+    for (src, dst), s_table in sends.items():
+        r_table = recvs.get((src, dst), NONE)
+        ids = (id(s_table), id(r_table))
+        fits = pair_up.get(ids)
+        if fits is None:
+            fits = pair_up[ids] = _tables_pair_up(s_table, r_table)
+        if not fits:
+            problems.extend(_check_pair(ctx, src, dst, s_table, r_table))
+    for (src, dst), r_table in recvs.items():
+        if (src, dst) not in sends:
+            problems.extend(_check_pair(ctx, src, dst, NONE, r_table))
     problems.sort(key=lambda item: item[0])
     return [f for _, found in problems for f in found]
+
+
+NONE: dict = {}
+
+
+def _by_peer(nodes: list[Node], indices: list[int]) -> dict:
+    """A shared list's sends (or receives): peer as the list holds it -> {tag: nodes in issue order}."""
+    out: dict = {}
+    for i in indices:
+        node = nodes[i]
+        out.setdefault(node.peer, {}).setdefault(node.tag, []).append(node)
+    return out
+
+
+def _resolved(rank, tables: dict) -> list[tuple]:
+    """(this rank's peer, table) for each peer of the shared list; two peers of the list that
+    are one peer of this rank get one merged table (nodes back in issue order)."""
+    peers = rank.peer_map
+    if not peers:
+        return list(tables.items())
+    out: dict = {}
+    for peer, table in tables.items():
+        real = peers.get(peer, peer)
+        if real in out:
+            out[real] = _merged(out[real], table)
+        else:
+            out[real] = table
+    return list(out.items())
+
+
+def _merged(a: dict, b: dict) -> dict:
+    order = {id(n): (n.id, k) for k, n in enumerate(n for nodes in (*a.values(), *b.values()) for n in nodes)}
+    merged = {tag: list(nodes) for tag, nodes in a.items()}
+    for tag, nodes in b.items():
+        merged[tag] = sorted(merged.get(tag, []) + nodes, key=lambda n: order[id(n)])
+    return merged
+
+
+def _tables_pair_up(sends: dict, recvs: dict) -> bool:
+    return sends.keys() == recvs.keys() and all(
+        len(nodes) == len(recvs[tag]) and not any(map(_differ, nodes, recvs[tag])) for tag, nodes in sends.items())
+
+
+def _check_pair(ctx: Context, src, dst, sends: dict, recvs: dict) -> list[tuple[tuple, list[Finding]]]:
+    out = []
+    for tag in sorted({*sends, *recvs}, key=lambda t: -1 if t is None else t):
+        key = (src, dst, tag)
+        found = _check_key(ctx, key, [(src, n) for n in sends.get(tag, ())], [(dst, n) for n in recvs.get(tag, ())])
+        if found:
+            out.append((_sort_key(key), found))
+    return out
 
 
 def _check_key(ctx: Context, key: tuple, s_list: list, r_list: list) -> list[Finding]:
@@ -66,8 +120,7 @@ def _check_key(ctx: Context, key: tuple, s_list: list, r_list: list) -> list[Fin
     return findings
 
 
-def _differ(send: tuple[int, Node], recv: tuple[int, Node]) -> bool:
-    s, r = send[1], recv[1]
+def _differ(s: Node, r: Node) -> bool:
     if s.size != r.size:
         return True
     if s.args and r.args:

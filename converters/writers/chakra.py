@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import orjson
 
+from .. import progress
 from .._proto import et_def_pb2 as pb
 from .._proto.wire import ATTR_KINDS, attr_to_proto, int_range, varint
 from ..diagnostics import Diagnostics
@@ -66,10 +68,11 @@ def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnost
             encoder.template(rank.nodes)
         encoder.report()
         jobs = worker_count(options, trace)
-        if jobs <= 1:
-            write_ranks(encoder, ranks, tmpdir, name)
-        else:
-            write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs)
+        with progress.bar("writing ranks", total=len(ranks)) as bar:
+            if jobs <= 1:
+                write_ranks(encoder, ranks, tmpdir, name, bar)
+            else:
+                write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs, bar)
 
 
 def write_file(path: Path, chunks: Iterable[bytes]) -> None:
@@ -77,9 +80,11 @@ def write_file(path: Path, chunks: Iterable[bytes]) -> None:
         f.writelines(chunks)
 
 
-def write_ranks(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str) -> None:
+def write_ranks(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, bar=None) -> None:
     for rank in ranks:
         write_file(tmpdir / f"{name}.{rank.rank}.et", encoder.rank_chunks(rank))
+        if bar is not None:
+            bar.advance()
 
 
 # Work worth a second process: below this many nodes, starting workers costs more than it saves.
@@ -96,15 +101,28 @@ def worker_count(options: Options, trace: ExecutionTrace) -> int:
     return (os.cpu_count() or 1) if trace.node_count() >= PARALLEL_MIN_NODES else 1
 
 
-def write_ranks_in_parallel(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, jobs: int) -> None:
-    """Forked workers write every jobs-th rank each; each file's bytes do not depend on who wrote it."""
+def write_ranks_in_parallel(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, jobs: int,
+                            bar=None) -> None:
+    """Forked workers write every jobs-th rank each; each file's bytes do not depend on who wrote it.
+
+    The parent counts the finished files for the progress line (workers never draw).
+    """
     global _shared_state
     _shared_state = (encoder, ranks, tmpdir, name, jobs)
     try:
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            pool.map(_write_share, range(jobs))
+        with multiprocessing.get_context("fork").Pool(jobs, initializer=_leave_ctrl_c_to_the_parent) as pool:
+            result = pool.map_async(_write_share, range(jobs))
+            while bar is not None and bar.live and not result.ready():
+                result.wait(0.2)
+                bar.update(sum(1 for _ in tmpdir.glob("*.et")))
+            result.get()
     finally:
         _shared_state = None
+
+
+def _leave_ctrl_c_to_the_parent() -> None:
+    """Ctrl-C reaches the whole process group; the parent stops the pool, workers print nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _write_share(worker: int) -> None:

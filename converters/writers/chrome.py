@@ -8,14 +8,21 @@ native Perfetto writer); this module only prints them:
 Times are µs printed from integer ns: ns / 1000 is the double nearest to the 3-decimal
 value, and orjson prints the shortest text that reads back as that double, so 1234567 ns
 prints as 1234.567. `dur` is taken from the same integers as `ts`, so a child never ends
-after its parent (see `dur_us` for the few durations printed with more digits). Flows are v2 (`bind_id` with `flow_out` / `flow_in`, both for a middle
-link of a collective chain) on the X slices themselves.
+after its parent (see `dur_us` for the few durations printed with more digits). Flows are
+v2 (`bind_id` with `flow_out` / `flow_in`, both for a middle link of a collective chain) on
+the X slices themselves.
+
+Printing is byte for byte what orjson prints for each event dict, but from pieces encoded
+once: per layout (times and threads shared by the ranks of a stage) and per distinct name
+and args; a rank is one join of those pieces (`_SliceEncoder`), written as it is made.
 """
 
 from __future__ import annotations
 
 import gzip
 import math
+import operator
+from itertools import compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -24,11 +31,11 @@ import orjson
 from ..diagnostics import Diagnostics
 from ..timeline import Timeline
 from .atomic import atomic_file
-from .layout_chrome import FLOW_IN, FLOW_OUT, Plan, paused_gc, plan_trace
+from .layout_chrome import FLOW_IN, FLOW_OUT, FLOW_STEP, TID_STRIDE, Plan, Process, paused_gc, plan_trace
 
-CHUNK = 20_000  # events per orjson.dumps call
 BYTES_PER_SLICE = 200  # typical size of one X event with its args (measured: 196), for the size warning
 LARGE_JSON = 1_000_000_000
+ARGS_CACHE_BYTES = 32 << 20  # encoded args kept for reuse by the next ranks
 
 
 def write(trace, output, options=None, diagnostics: Diagnostics | None = None, timeline: Timeline | None = None) -> None:
@@ -57,47 +64,151 @@ def warn_if_large(plan: Plan, output: Path, diagnostics: Diagnostics) -> None:
 
 def write_plan(plan: Plan, out: BinaryIO) -> None:
     out.write(b'{"traceEvents":[')
-    first = True
     with paused_gc():
-        for chunk in iter_event_chunks(plan):
-            if not chunk:
-                continue
-            if not first:
-                out.write(b",")
-            out.write(orjson.dumps(chunk)[1:-1])
-            first = False
+        out.write(orjson.dumps(metadata_events(plan))[1:-1])
+        encoder = _SliceEncoder()
+        for process in plan.processes:
+            out.write(encoder.process_bytes(process))
     out.write(b'],"displayTimeUnit":"ms","metadata":')
     # metadata comes from readers (trace.metadata): allow int keys, print unknown types as text
     out.write(orjson.dumps(plan.metadata, default=str, option=orjson.OPT_NON_STR_KEYS))
     out.write(b"}\n")
 
 
-def iter_event_chunks(plan: Plan):
-    """Lists of event dicts: the metadata events, then about CHUNK slices at a time."""
-    yield metadata_events(plan)
-    durations = _Durations()
-    chunk: list[dict[str, Any]] = []
-    for process in plan.processes:
-        pid = process.pid
-        slices = process.slices
-        events = [
-            {"ph": "X", "pid": pid, "tid": sl.tid, "ts": sl.start / 1000, "dur": durations[sl.end - sl.start],
-             "name": sl.name, "args": sl.args}
-            for sl in slices
-        ]
-        for event, sl in zip(events, slices):
-            direction = sl.flow_dir
-            if direction:
-                event["bind_id"] = sl.flow
-                if direction != FLOW_IN:
-                    event["flow_out"] = True  # FLOW_OUT, or FLOW_STEP: in and out
-                if direction != FLOW_OUT:
-                    event["flow_in"] = True
-        chunk.extend(events)
-        if len(chunk) >= CHUNK:
-            yield chunk
-            chunk = []
-    yield chunk
+_SLOT_DIGITS = len(str(TID_STRIDE)) - 1  # tid = pid * 10^k + slot prints as the pid, then k digits
+_LEAD = b',{"ph":"X","pid":'  # every X event follows the metadata events, so each starts with a comma
+_END = b"}"
+_FLOW_TEXT = {
+    FLOW_OUT: b',"bind_id":%d,"flow_out":true}',
+    FLOW_IN: b',"bind_id":%d,"flow_in":true}',
+    FLOW_STEP: b',"bind_id":%d,"flow_out":true,"flow_in":true}',
+}
+
+
+class _SliceEncoder:
+    """Prints X events as orjson would print their dicts, from bytes encoded once and reused.
+
+    One X event is
+        ,{"ph":"X","pid":P,"tid":P SSS,"ts":T,"dur":D,"name":N,"args":A <flow fields>}
+    where the tid P SSS is the pid followed by the thread slot in 3 digits (tid = pid * 1000
+    + slot). `SSS,"ts":T,"dur":D,"name":` is the same on every rank drawn with one layout and
+    is encoded once per layout; names and args are encoded once per distinct value; a process
+    is then a single join of those pieces, in drawing order.
+    """
+
+    def __init__(self) -> None:
+        self.name_text: dict[str, bytes] = {}  # name -> `"N","args":`
+        self.args_text: dict[int, bytes] = {}  # id(args) -> `{...}` (the plan keeps every args dict alive)
+        self.args_bytes = 0  # size of the texts in args_text
+        self.durations = _Durations()
+        # the previous process's (layout, names or args in drawing order, their texts): the
+        # next rank of a stage has mostly the same objects, compared faster than looked up
+        self.last_names: tuple | None = None
+        self.last_args: tuple | None = None
+
+    def process_bytes(self, process: Process) -> bytes:
+        layout = process.layout
+        n = len(layout.starts)
+        if not n:
+            return b""
+        heads = layout.cache.get("chrome")
+        if heads is None:
+            heads = layout.cache["chrome"] = self.layout_heads(layout)
+        names = self.names(process)
+        args = self.args(process)
+        tails = [_END] * n
+        if process.flows:
+            drawn_index = layout.cache.get("drawn_index")
+            if drawn_index is None:
+                drawn_index = layout.cache["drawn_index"] = _drawn_index(layout)
+            for i, code in process.flows.items():
+                tails[drawn_index[i]] = _FLOW_TEXT[code & 3] % (code >> 2)  # see layout_chrome.flow_of
+        pid = b"%d" % process.pid
+        parts: list[bytes] = [b""] * (6 * n)
+        parts[0::6] = [_LEAD] * n
+        parts[1::6] = [pid + b',"tid":' + pid] * n
+        parts[2::6] = heads
+        parts[3::6] = names
+        parts[4::6] = args
+        parts[5::6] = tails
+        return b"".join(parts)
+
+    def layout_heads(self, layout) -> list[bytes]:
+        """`SSS,"ts":T,"dur":D,"name":` of every slice of a layout, in drawing order."""
+        starts = layout.drawn(layout.starts)
+        ends = layout.drawn(layout.ends)
+        durations = self.durations
+        # one orjson call per column prints every number exactly as it prints a single one
+        ts = orjson.dumps([s / 1000 for s in starts])[1:-1].split(b",")
+        dur = orjson.dumps([durations[e - s] for s, e in zip(starts, ends)])[1:-1].split(b",")
+        slots = layout.drawn(layout.slots)
+        return [b'%0*d,"ts":%b,"dur":%b,"name":' % (_SLOT_DIGITS, slot, t, d) for slot, t, d in zip(slots, ts, dur)]
+
+    def names(self, process: Process) -> list[bytes]:
+        layout, last = process.layout, self.last_names
+        if last is not None and last[0] is layout and last[1] is process.names:
+            return last[2]  # one name list shared by the ranks of a stage
+
+        def encode(name: str) -> bytes:
+            return orjson.dumps(name) + b',"args":'
+
+        names = layout.drawn(process.names)
+        texts = _lookup(self.name_text, names, names, encode)
+        self.last_names = (layout, process.names, texts)
+        return texts
+
+    def args(self, process: Process) -> list[bytes]:
+        # Ranks that share args dicts (one group, one stage) are close in rank order, so a
+        # cache that starts over when large keeps the hits and bounds the memory (group
+        # member lists can make one args text kilobytes long).
+        if self.args_bytes > ARGS_CACHE_BYTES:
+            self.args_text.clear()
+            self.args_bytes = 0
+
+        def encode(a: dict[str, Any]) -> bytes:
+            # a copy: orjson's own result keeps its whole write buffer (kilobytes) allocated
+            text = bytes(memoryview(orjson.dumps(a)))
+            self.args_bytes += len(text)
+            return text
+
+        layout, last = process.layout, self.last_args
+        args = layout.drawn(process.slice_args)
+        if last is None or last[0] is not layout:
+            texts = _lookup(self.args_text, list(map(id, args)), args, encode)
+        else:
+            # only where this rank's args differ from the previous rank's
+            texts = list(last[2])
+            differ = list(compress(count(), map(operator.is_not, args, last[1])))
+            changed = [args[j] for j in differ]
+            for j, text in zip(differ, _lookup(self.args_text, list(map(id, changed)), changed, encode)):
+                texts[j] = text
+        self.last_args = (layout, args, texts)
+        return texts
+
+
+def _lookup(cache: dict, keys: list, values: list, encode) -> list[bytes]:
+    """`cache[key]` for every key, encoding `values[j]` for the keys not cached yet.
+
+    Lookups run in C (`map`); only the misses, a few per rank, go through Python.
+    """
+    texts = list(map(cache.get, keys))
+    for j in compress(count(), map(operator.is_, texts, repeat(None))):
+        key = keys[j]
+        text = cache.get(key)  # an earlier miss in this list may have encoded it
+        if text is None:
+            text = cache[key] = encode(values[j])
+        texts[j] = text
+    return texts
+
+
+def _drawn_index(layout) -> list[int]:
+    """Position -> index in drawing order."""
+    if layout.order is None:
+        return list(range(len(layout.starts)))
+    index = [0] * len(layout.order)
+    for j, i in enumerate(layout.order):
+        index[i] = j
+    return index
 
 
 class _Durations(dict):

@@ -20,6 +20,13 @@ Slices on one thread must nest (Perfetto drops or mis-parents partial overlaps),
 that overlaps another on its thread without nesting moves to an overflow thread
 ("tp 2", "tp 3", ...) listed right after its base thread. A sub-operation (`node.parent`)
 goes on its parent's thread when it lies inside the parent, else on its own comm thread.
+A receive that waited for its sender (`wait_ns` in its args, set by the log builders) gets a
+child slice "waiting for rank N" over its first `wait_ns` (args: `wait_basis`), on measured
+timelines only: the wait was measured against the log's own times.
+
+Ranks that run one node list with the same times and threads (the ranks of a stage in a
+scheduled trace) share one `Layout`: the writers encode it once and vary only the pid,
+group-specific args and flows.
 
 Flows. Perfetto binds a flow to slices and processes events in time order, and it always
 draws a flow from the slice that starts first to the one that starts later. So every flow
@@ -62,6 +69,8 @@ _UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")
 
 @dataclass(slots=True)
 class Slice:
+    """One drawn slice; `Process.slices()` builds them on demand (tests, small traces)."""
+
     tid: int
     start: int  # ns from the trace origin
     end: int
@@ -69,6 +78,11 @@ class Slice:
     args: dict[str, Any]  # shared between slices with the same args: never modify
     flow: int = 0  # flow id, 0 = none
     flow_dir: int = FLOW_NONE
+
+
+def flow_of(code: int) -> tuple[int, int]:
+    """(flow id, direction) from a `Process.flows` value (one int: a million tuples cost 50 MB)."""
+    return code >> 2, code & 3
 
 
 @dataclass(slots=True)
@@ -79,13 +93,61 @@ class Thread:
 
 
 @dataclass(slots=True)
+class Layout:
+    """Where and when every slice of one node list is drawn, for one set of times.
+
+    Shared by every rank that runs the same node list with the same times and thread
+    kinds (ranks of one stage in a scheduled trace): only the pid, names, args and flows
+    differ between them, so writers encode a layout once (`cache`) and reuse the bytes.
+    Positions are node indices, then the rank-independent extra slices (waiting parts of
+    receives) after them.
+    """
+
+    order: list[int] | None  # positions in drawing order (start, longest first, parents first); None: as they are
+    slots: list[int]  # thread slot per position: tid = pid * TID_STRIDE + slot
+    starts: list[int]  # ns from the trace origin, per position
+    ends: list[int]  # per position, never before its start
+    threads: list[tuple[int, str]]  # (slot, name) in display order
+    cache: dict[str, Any] = field(default_factory=dict)  # writers' encodings of this layout
+
+    def drawn(self, values: list) -> list:
+        """`values` (one per position) in drawing order."""
+        return list(values) if self.order is None else [values[i] for i in self.order]
+
+
+@dataclass(slots=True)
 class Process:
     rank: int
     pid: int
     name: str
     args: dict[str, Any]
-    threads: list[Thread] = field(default_factory=list)
-    slices: list[Slice] = field(default_factory=list)  # sorted by (start, -end): parents first
+    layout: Layout
+    names: list[str]  # slice name per position
+    slice_args: list[dict[str, Any]]  # args per position; dicts shared between slices and ranks: never modify
+    flows: dict[int, int] = field(default_factory=dict)  # position -> flow id << 2 | FLOW_OUT/IN/STEP (see `flow_of`)
+
+    @property
+    def threads(self) -> list[Thread]:
+        base = self.pid * TID_STRIDE
+        return [Thread(base + slot, name, slot) for slot, name in self.layout.threads]
+
+    @property
+    def slice_count(self) -> int:
+        return len(self.layout.starts)
+
+    def positions(self) -> list[int]:
+        """Positions in drawing order."""
+        order = self.layout.order
+        return list(range(len(self.layout.starts))) if order is None else order
+
+    def slices(self) -> list[Slice]:
+        """Every slice in drawing order (sorted by (start, -end): parents first)."""
+        layout, base, out = self.layout, self.pid * TID_STRIDE, []
+        for i in self.positions():
+            flow, direction = flow_of(self.flows.get(i, FLOW_NONE))
+            out.append(Slice(base + layout.slots[i], layout.starts[i], layout.ends[i], self.names[i],
+                             self.slice_args[i], flow, direction))
+        return out
 
 
 @dataclass
@@ -99,7 +161,7 @@ class Plan:
 
     @property
     def slice_count(self) -> int:
-        return sum(len(p.slices) for p in self.processes)
+        return sum(p.slice_count for p in self.processes)
 
 
 # ---------------------------------------------------------------- small formatting helpers
@@ -290,7 +352,7 @@ class _Template:
     filled in per rank; everything else is computed once per list.
     """
 
-    def __init__(self, nodes):
+    def __init__(self, nodes, draw_waits: bool):
         self.nodes = nodes
         n = len(nodes)
         self.names: list[str | None] = [None] * n  # None: depends on the rank (comm node without a name)
@@ -314,13 +376,17 @@ class _Template:
             else:
                 self.threads[i] = node.stream or "compute"
                 self.names[i] = node.name or f"node {node.id}"
-        self.parents = parent_positions(nodes)
+        # extra slices after the nodes: the waiting part of each receive that waited
+        self.waits = receive_waits(nodes) if draw_waits else []
+        self.wait_args = [args for _, _, args in self.waits]
+        self.parents = parent_positions(nodes) + [p for p, _, _ in self.waits]
         self.has_parents = any(p >= 0 for p in self.parents)
         self.stage_args: dict[int | None, list[dict[str, Any]]] = {}
         # args with the rank-specific part merged in, shared by ranks that map to the same values
         self.coll_args: dict[tuple, list[dict[str, Any]]] = {}  # (stage, raw group, group) -> per position
         self.p2p_args: dict[tuple, dict[str, Any]] = {}  # (stage, index, peer, group) -> args
-        self.lanes_cache: tuple | None = None  # (starts, ends, bases, order, lane_of, lanes) of the last rank
+        # (id(starts), id(ends)) -> [(starts, ends, thread kinds, layout)]: ranks with the same times share a layout
+        self.layouts: dict[tuple[int, int], list[tuple]] = {}
 
     def args_with_stage(self, stage: int | None) -> list[dict[str, Any]]:
         """Rank-independent args plus the stage (shared by every rank of that stage)."""
@@ -329,6 +395,23 @@ class _Template:
             found = self.base_args if stage is None else [{**base, "stage": stage} for base in self.base_args]
             self.stage_args[stage] = found
         return found
+
+
+def receive_waits(nodes) -> list[tuple[int, int, dict[str, Any]]]:
+    """(position, ns, args) of every receive whose args say it waited (`wait_ns` > 0) for its sender."""
+    waits = []
+    for i, node in enumerate(nodes):
+        if node.kind != NodeKind.RECV:
+            continue
+        wait = node.args.get("wait_ns")
+        if isinstance(wait, int) and not isinstance(wait, bool) and wait > 0:
+            basis = node.args.get("wait_basis")
+            waits.append((i, wait, {"wait_basis": str(basis)} if basis else {}))
+    return waits
+
+
+def waiting_name(peer: int | None) -> str:
+    return "waiting for the sender" if peer is None else f"waiting for rank {peer}"
 
 
 def _remap(items: dict, remap) -> dict:
@@ -349,18 +432,21 @@ class _Planner:
         self.timeline = timeline
         self.shift = shift
         self.diagnostics = diagnostics
+        # a receive's wait was measured against the input's own times: drawn only on those
+        self.draw_waits = timeline.kind == "measured"
         self.group_thread: dict[int | None, str] = {}
         self.group_extra: dict[int | None, dict[str, Any]] = {}  # group and members args of a group
         self.templates: dict[int, _Template] = {}  # id(node list) -> template
-        # comm slices for flows, filled by place_rank in program order
-        self.sends: dict[tuple, list[Slice]] = {}  # (src, dst, tag) -> sends
-        self.recvs: dict[tuple, list[Slice]] = {}  # (src, dst, tag) -> receives
-        self.instances: dict[int | None, list[list[Slice]]] = {}  # group -> k -> slices of the k-th collective
+        # comm slices for flows (ints, see _POSITION_BITS), filled by place_rank in program order
+        self.sends: dict[tuple, list[int]] = {}  # (src, dst, tag) -> sends
+        self.recvs: dict[tuple, list[int]] = {}  # (src, dst, tag) -> receives
+        self.instances: dict[int | None, list[list[int]]] = {}  # group -> k -> members of the k-th collective
+        self.flows_of_pid: dict[int, dict[int, int]] = {}  # pid -> its Process.flows
 
     def template(self, nodes) -> _Template:
         found = self.templates.get(id(nodes))
         if found is None or found.nodes is not nodes:
-            found = self.templates[id(nodes)] = _Template(nodes)
+            found = self.templates[id(nodes)] = _Template(nodes, self.draw_waits)
         return found
 
     # -- per rank
@@ -381,32 +467,25 @@ class _Planner:
         if pmap is not None:
             p2p = _remap(p2p, lambda key: (key[0], key[1] if key[1] is None else pmap.get(key[1], key[1]), key[2]))
         bases = self.base_threads(tpl, collectives)
-        order, lane_of, lanes = self.lanes(tpl, starts, ends, bases)
-        threads, tid_of = threads_for(pid, lanes)
+        layout = self.layout(tpl, starts, ends, bases, rank.rank)
         args = self.rank_args(tpl, rank, p2p)
         names = tpl.names
         if None in names:  # comm nodes without a name: named from this rank's group or peer
             names = [name if name is not None else slice_name(self.trace, rank, node) for name, node in zip(names, nodes)]
-        if any(map(operator.lt, ends, starts)):  # a negative duration is drawn as zero
-            ends = [max(s, e) for s, e in zip(starts, ends)]
-        tids = [tid_of[lane] for lane in lane_of]
-        shift = self.shift
-        drawn = [Slice(tids[i], starts[i] - shift, ends[i] - shift, names[i], args[i]) for i in order]
-        if order == list(range(len(order))):
-            slices = drawn
-        else:
-            slices = [None] * len(nodes)  # type: ignore[list-item]
-            for i, sl in zip(order, drawn):
-                slices[i] = sl
-        self.collect_comm(rank.rank, slices, collectives, p2p)
-        return Process(
+        if tpl.waits:
+            names = names + [waiting_name(rank.peer_of(nodes[p])) for p, _, _ in tpl.waits]
+            args = args + tpl.wait_args
+        process = Process(
             rank=rank.rank,
             pid=pid,
             name=rank.label,
             args={"rank": rank.rank, **{k: v for k, v in sorted(rank.coords.items())}},
-            threads=threads,
-            slices=drawn,
+            layout=layout,
+            names=names,
+            slice_args=args,
         )
+        self.collect_comm(rank.rank, process, collectives, p2p)
+        return process
 
     def base_threads(self, tpl: _Template, collectives: dict) -> list[str]:
         bases = list(tpl.threads)
@@ -420,37 +499,37 @@ class _Planner:
                     bases[i] = thread
         return bases  # type: ignore[return-value]
 
-    def lanes(self, tpl: _Template, starts: list[int], ends: list[int], bases: list[str]):
-        """Drawing order and (thread, lane) of every node; reused by ranks with the same times."""
-        cached = tpl.lanes_cache
-        if cached is not None and cached[0] is starts and cached[1] is ends and cached[2] == bases:
-            return cached[3], cached[4], cached[5]
+    def layout(self, tpl: _Template, starts: list[int], ends: list[int], bases: list[str], rank: int) -> Layout:
+        """The layout of these times and thread kinds; shared by every rank that has the same."""
+        entries = tpl.layouts.setdefault((id(starts), id(ends)), [])
+        for s, e, b, layout in entries:
+            if s is starts and e is ends and b == bases:
+                return layout
+        layout = self.new_layout(tpl, starts, ends, bases, rank)
+        entries.append((starts, ends, bases, layout))
+        return layout
+
+    def new_layout(self, tpl: _Template, starts: list[int], ends: list[int], bases: list[str], rank: int) -> Layout:
+        if any(map(operator.lt, ends, starts)):  # a negative duration is drawn as zero
+            ends = [max(s, e) for s, e in zip(starts, ends)]
+        if tpl.waits:  # waiting parts start with their receive and end within it
+            starts = starts + [starts[p] for p, _, _ in tpl.waits]
+            ends = ends + [min(starts[p] + wait, ends[p]) for p, wait, _ in tpl.waits]
+            bases = bases + [bases[p] for p, _, _ in tpl.waits]
         order = drawing_order(starts, ends, tpl.parents, tpl.has_parents)
-        parents = tpl.parents
-        lanes: dict[str, list[list[int]]] = {}  # base thread -> stack of open end times per lane
-        lane_of: list[tuple[str, int]] = [None] * len(starts)  # type: ignore[list-item]
-        for i in order:
-            start = starts[i]
-            end = ends[i]
-            if end < start:
-                end = start
-            placed = None
-            p = parents[i]
-            if p >= 0 and lane_of[p] is not None and starts[p] <= start and end <= max(ends[p], starts[p]):
-                base, k = lane_of[p]
-                if _fits(lanes[base][k], start, end):
-                    placed = lane_of[p]
-            if placed is None:
-                base = bases[i]
-                stacks = lanes.get(base)
-                if stacks is None:
-                    stacks = lanes[base] = [[end]]
-                    placed = (base, 0)
-                else:
-                    placed = _place(stacks, base, start, end)
-            lane_of[i] = placed
-        tpl.lanes_cache = (starts, ends, bases, order, lane_of, lanes)
-        return order, lane_of, lanes
+        lane_of, lanes = place_lanes(order, starts, ends, tpl.parents, bases)
+        threads, slot_of = thread_slots(lanes, rank)
+        shift = self.shift
+        if shift:
+            starts = [s - shift for s in starts]
+            ends = [e - shift for e in ends]
+        return Layout(
+            order=None if order == list(range(len(order))) else order,
+            slots=[slot_of[lane] for lane in lane_of],
+            starts=starts,
+            ends=ends,
+            threads=threads,
+        )
 
     # -- args
 
@@ -459,8 +538,8 @@ class _Planner:
 
         The node's own args (with the stage) plus what depends on the rank: group and members
         for collectives, peer and group for sends and receives. Equal args are one shared
-        dict: ranks of one group reuse the same dicts, and the Perfetto writer encodes each
-        distinct one once.
+        dict: ranks of one group reuse the same dicts, and the writers encode each distinct
+        one once.
         """
         stage = rank.stage
         args = tpl.args_with_stage(stage)
@@ -501,23 +580,33 @@ class _Planner:
 
     # -- flows
 
-    def collect_comm(self, r: int, slices: list[Slice], collectives: dict, p2p: dict) -> None:
+    def collect_comm(self, r: int, process: Process, collectives: dict, p2p: dict) -> None:
         """Remember this rank's collective instances, sends and receives, in program order."""
+        layout = process.layout
+        starts, slots = layout.starts, layout.slots
+        base = process.pid * TID_STRIDE
+        self.flows_of_pid[process.pid] = process.flows
         for gid, positions in collectives.items():
             instances = self.instances.get(gid)
             if instances is None:
                 instances = self.instances[gid] = []
             have = len(instances)
             for k, i in enumerate(positions):
+                member = ((starts[i] << _TID_BITS | base + slots[i]) << _POSITION_BITS) | i  # see _POSITION_BITS
                 if k < have:
-                    instances[k].append(slices[i])
+                    instances[k].append(member)
                 else:
-                    instances.append([slices[i]])
+                    instances.append([member])
         for (kind, peer, tag), positions in p2p.items():
+            ends = [((starts[i] << _TID_BITS | base + slots[i]) << _POSITION_BITS) | i for i in positions]
             if kind == NodeKind.SEND:
-                self.sends[(r, peer, tag)] = [slices[i] for i in positions]
+                self.sends[(r, peer, tag)] = ends
             else:
-                self.recvs[(peer, r, tag)] = [slices[i] for i in positions]
+                self.recvs[(peer, r, tag)] = ends
+
+    def set_flow(self, comm: int, flow: int, direction: int) -> None:
+        tid, i = comm >> _POSITION_BITS & _TID_MASK, comm & _POSITION_MASK
+        self.flows_of_pid[tid // TID_STRIDE][i] = flow << 2 | direction
 
     def assign_flows(self) -> int:
         """Flow ids and directions on the collected comm slices (all between drawn ranks)."""
@@ -527,45 +616,77 @@ class _Planner:
             if not recvs:
                 continue
             for send, recv in zip(sends, recvs):
-                first, second = (send, recv) if (send.start, send.tid) <= (recv.start, recv.tid) else (recv, send)
-                first.flow, first.flow_dir = next_id, FLOW_OUT
-                second.flow, second.flow_dir = next_id, FLOW_IN
+                first, second = (send, recv) if send <= recv else (recv, send)  # by (start, tid)
+                self.set_flow(first, next_id, FLOW_OUT)
+                self.set_flow(second, next_id, FLOW_IN)
                 next_id += 1
         for instances in self.instances.values():
             for members in instances:
                 if len(members) < 2:
                     continue
-                # by entry time, then rank (tids grow with the rank)
-                members.sort(key=_entry_key)
+                members.sort()  # by entry time, then rank (tids grow with the rank)
                 last = len(members) - 1
-                for j, sl in enumerate(members):
-                    sl.flow = next_id
-                    sl.flow_dir = FLOW_OUT if j == 0 else FLOW_IN if j == last else FLOW_STEP
+                for j, member in enumerate(members):
+                    self.set_flow(member, next_id, FLOW_OUT if j == 0 else FLOW_IN if j == last else FLOW_STEP)
                 next_id += 1
         if next_id > MAX_FLOW_ID:
             raise ValueError("more than 2^53 flows")
         return next_id - 1
 
 
-def _entry_key(sl: Slice) -> tuple[int, int]:
-    return sl.start, sl.tid
+# A comm slice waiting for its flow is one int, start << 72 | tid << 32 | position: it sorts
+# as (start, tid) would (both unique together), and a million ints, unlike a million tuples,
+# cost the cyclic GC nothing. Starts are >= 0 (shifted to the trace's first start).
+_POSITION_BITS = 32
+_TID_BITS = 40
+_POSITION_MASK = (1 << _POSITION_BITS) - 1
+_TID_MASK = (1 << _TID_BITS) - 1
 
 
-def threads_for(pid: int, lanes: dict[str, list]) -> tuple[list[Thread], dict[tuple[str, int], int]]:
-    """Threads of one process in the documented order, with tids pid * 1000 + slot."""
+
+def place_lanes(order: list[int], starts: list[int], ends: list[int], parents: list[int], bases: list[str]):
+    """(thread kind, lane) of every position, and the lanes of each thread kind.
+
+    A sub-operation goes on its parent's lane when it lies inside the parent and nests there;
+    anything else goes on the first lane of its kind where it nests, or on a new lane.
+    """
+    lanes: dict[str, list[list[int]]] = {}  # base thread -> stack of open end times per lane
+    lane_of: list[tuple[str, int]] = [None] * len(starts)  # type: ignore[list-item]
+    for i in order:
+        start = starts[i]
+        end = ends[i]
+        placed = None
+        p = parents[i]
+        if p >= 0 and lane_of[p] is not None and starts[p] <= start and end <= ends[p]:
+            base, k = lane_of[p]
+            if _fits(lanes[base][k], start, end):
+                placed = lane_of[p]
+        if placed is None:
+            base = bases[i]
+            stacks = lanes.get(base)
+            if stacks is None:
+                stacks = lanes[base] = [[end]]
+                placed = (base, 0)
+            else:
+                placed = _place(stacks, base, start, end)
+        lane_of[i] = placed
+    return lane_of, lanes
+
+
+def thread_slots(lanes: dict[str, list], rank: int) -> tuple[list[tuple[int, str]], dict[tuple[str, int], int]]:
+    """(slot, name) of every thread in the documented order, and the slot of each lane."""
     known = [b for b in THREAD_ORDER if b in lanes]
     extra = sorted(b for b in lanes if b not in THREAD_ORDER)
-    threads: list[Thread] = []
-    tid_of: dict[tuple[str, int], int] = {}
+    threads: list[tuple[int, str]] = []
+    slot_of: dict[tuple[str, int], int] = {}
     for base in known + extra:
         for k in range(len(lanes[base])):
             slot = len(threads) + 1
             if slot > MAX_THREADS:
-                raise ValueError(f"rank {pid - 1} needs more than {MAX_THREADS} threads")
-            tid = pid * TID_STRIDE + slot
-            threads.append(Thread(tid, base if k == 0 else f"{base} {k + 1}", slot))
-            tid_of[(base, k)] = tid
-    return threads, tid_of
+                raise ValueError(f"rank {rank} needs more than {MAX_THREADS} threads")
+            threads.append((slot, base if k == 0 else f"{base} {k + 1}"))
+            slot_of[(base, k)] = slot
+    return threads, slot_of
 
 
 def parent_positions(nodes) -> list[int]:

@@ -1,14 +1,15 @@
 """Native Perfetto trace (`.pftrace`, `--to perfetto`): the Chrome view in Perfetto's protobuf.
 
 Same processes, threads, slices, args and flows as the Chrome JSON writer (both come from
-`layout_chrome.plan_trace`), built with the `perfetto` package's schema and
-`TraceProtoBuilder`, one builder per chunk of packets (serialized Trace messages
-concatenate into one Trace), so the packets never all sit in memory at once.
+`layout_chrome.plan_trace`). The first packets are built with the `perfetto` package's
+schema and `TraceProtoBuilder`; the millions of slice events are framed from bytes that
+protobuf encoded once per distinct begin (see "slice events" below), written in chunks
+(concatenated Trace messages are one Trace), so packets never all sit in memory at once.
 
 Packet stream (one trusted sequence):
 1. a packet that clears incremental state and interns every slice name and arg name;
-2. a track descriptor per process (pid, name, sort index) and per thread (pid, tid, name,
-   sort index);
+2. a track descriptor per process (pid, name, sort index; uuid 2^40 + pid) and per thread
+   (pid, tid, name, sort index; uuid pid | slot << 21, see `thread_uuid`);
 3. TYPE_SLICE_BEGIN / TYPE_SLICE_END events in time order, begins and ends of one thread in
    proper nesting order (an end at t comes before a begin at t). Args are debug annotations;
    flows are `flow_ids` on the begin event (a chain's start and middle links) and
@@ -19,6 +20,8 @@ same bytes.
 
 from __future__ import annotations
 
+import heapq
+import struct
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
@@ -28,10 +31,10 @@ from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 from ..diagnostics import Diagnostics
 from ..timeline import Timeline
 from .atomic import atomic_file
-from .layout_chrome import FLOW_IN, FLOW_OUT, FLOW_STEP, Plan, paused_gc, Process, plan_trace
+from .layout_chrome import FLOW_IN, Layout, Plan, Process, flow_of, paused_gc, plan_trace
 
 SEQUENCE_ID = 1
-CHUNK = 20_000  # packets per serialized Trace chunk
+CHUNK = 60_000  # pieces of packets per write
 _BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 _END = pb.TrackEvent.TYPE_SLICE_END
 _NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -55,58 +58,188 @@ def write_packets(plan: Plan, out: BinaryIO) -> None:
     fill_interning_packet(builder.add_packet(), names, arg_names)
     add_descriptor_packets(builder, plan)
     out.write(builder.serialize())
-    # Slices: serialized in chunks (concatenated Trace messages are one Trace). Begin packets
-    # of one node on ranks that share its args dict differ only in timestamp, track and
-    # flows, so each distinct (name, args) is encoded once and merged in as bytes; an end
-    # packet differs only in its timestamp. Protobuf does the encoding either way.
-    begins: dict[tuple, bytes] = {}  # (name, id(args)) -> begin packet without timestamp and track
-    ends = {thread.tid: end_packet(thread.tid) for process in plan.processes for thread in process.threads}
-    builder, count = TraceProtoBuilder(), 0
-    for ts, track_uuid, _, kind, sl in ordered_events(plan):
-        packet = builder.add_packet()
-        if kind == 0:
-            packet.MergeFromString(ends[track_uuid])
-            packet.timestamp = ts
-        else:
-            key = (sl.name, id(sl.args))
-            begin = begins.get(key)
-            if begin is None:
-                begin = begins[key] = begin_packet(sl, names, arg_names)
-            packet.MergeFromString(begin)
-            packet.timestamp = ts
-            packet.track_event.track_uuid = track_uuid
-            if sl.flow_dir in (FLOW_OUT, FLOW_STEP):
-                packet.track_event.flow_ids.append(sl.flow)
-            elif sl.flow_dir == FLOW_IN:
-                packet.track_event.terminating_flow_ids.append(sl.flow)
-        count += 1
-        if count == CHUNK:
-            out.write(builder.serialize())
-            builder, count = TraceProtoBuilder(), 0
-    if count:
-        out.write(builder.serialize())
+    encoder = _EventEncoder(names, arg_names)
+    buffer: list[bytes] = []
+    for ts, runs in ordered_runs(plan, encoder):
+        stamp = b"\x40" + varint(ts)
+        encoder.new_timestamp()
+        for member, run, shared in runs:
+            encoder.add_run(buffer, member, stamp, run, shared)
+        if len(buffer) >= CHUNK:
+            out.write(b"".join(buffer))
+            buffer.clear()
+    out.write(b"".join(buffer))
 
 
-def end_packet(track_uuid: int) -> bytes:
-    """A serialized slice-end packet for one track, without its timestamp."""
-    packet = pb.TracePacket()
-    packet.trusted_packet_sequence_id = SEQUENCE_ID
-    packet.sequence_flags = _NEEDS_STATE
-    packet.track_event.type = _END
-    packet.track_event.track_uuid = track_uuid
-    return packet.SerializeToString()
+# ---------------------------------------------------------------- slice events, encoded by hand
+#
+# Millions of begin/end packets through protobuf objects cost several µs each, but they come
+# in few shapes: ranks drawn with one layout have the same events at the same times, and
+# most of their packets differ only in the track. So protobuf encodes each distinct begin
+# (name and args) once, and the packets are framed here from those bytes, in the field
+# order protobuf itself writes. Track uuids are chosen so that the track_uuid varint is the
+# pid's 3 bytes followed by the slot's (`thread_uuid`): one packet's bytes then serve every
+# rank of a layout, with only those 3 bytes spliced in (`shared` pieces). Packets that do
+# differ between ranks (a flow, or group-specific args) are encoded for their rank.
+#
+# Tags are (field number << 3) | wire type, from perfetto_trace.proto: Trace.packet = 1
+# (message); TracePacket: timestamp = 8 (varint), trusted_packet_sequence_id = 10 (varint),
+# track_event = 11 (message), sequence_flags = 13 (varint); TrackEvent: type = 9 (varint),
+# track_uuid = 11 (varint), flow_ids = 47 (fixed64), terminating_flow_ids = 48 (fixed64).
+
+_PACKET = b"\x0a"  # Trace.packet
+_SEQUENCE = b"\x50" + bytes([SEQUENCE_ID])  # trusted_packet_sequence_id
+_TRACK_EVENT = b"\x5a"
+_FLAGS = b"\x68" + bytes([_NEEDS_STATE])  # sequence_flags
+_END_TYPE = b"\x48" + bytes([_END])  # TrackEvent.type = TYPE_SLICE_END
+_TRACK_UUID = b"\x58"
+_FLOW_IDS = b"\xf9\x02"  # varint 377 = 47 << 3 | 1
+_TERMINATING_FLOW_IDS = b"\x81\x03"  # varint 385 = 48 << 3 | 1
+_SMALL_VARINTS = [bytes([n]) for n in range(128)]
+PID_BITS = 21  # thread track uuid = pid | slot << PID_BITS
+PID_FIELD_SIZE = PID_BITS // 7  # bytes of the pid part of a thread uuid's varint
 
 
-def begin_packet(sl, names: dict[str, int], arg_names: dict[str, int]) -> bytes:
-    """A serialized slice-begin packet (name, args), without timestamp, track and flows."""
-    packet = pb.TracePacket()
-    packet.trusted_packet_sequence_id = SEQUENCE_ID
-    packet.sequence_flags = _NEEDS_STATE
-    event = packet.track_event
-    event.type = _BEGIN
-    event.name_iid = names[sl.name]
-    add_annotations(event, sl.args, arg_names)
-    return packet.SerializeToString()
+def varint(n: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative int."""
+    if n < 128:
+        return _SMALL_VARINTS[n]
+    out = bytearray()
+    while n >= 128:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def thread_uuid(pid: int, slot: int) -> int:
+    """A thread's track uuid: unique, and its varint is `pid_bytes(pid) + varint(slot)`."""
+    return pid | slot << PID_BITS
+
+
+def pid_bytes(pid: int) -> bytes:
+    """The first 3 bytes of any thread uuid varint of this pid (slot >= 1 sets the later bits)."""
+    if not 0 < pid < 1 << PID_BITS:
+        raise ValueError(f"pid {pid}: the .pftrace writer draws ranks below {(1 << PID_BITS) - 1}")
+    return bytes([pid & 0x7F | 0x80, pid >> 7 & 0x7F | 0x80, pid >> 14 & 0x7F | 0x80])
+
+
+def packet_pieces(stamp: bytes, head: bytes, tail: bytes) -> tuple[bytes, bytes]:
+    """A framed TracePacket as (before, after) its 3 pid bytes.
+
+    `head`: the TrackEvent fields before track_uuid; `tail`: the slot varint and any flow.
+    """
+    event_size = len(head) + 1 + PID_FIELD_SIZE + len(tail)
+    event_len = varint(event_size)
+    packet_size = len(stamp) + len(_SEQUENCE) + 1 + len(event_len) + event_size + len(_FLAGS)
+    before = b"".join((_PACKET, varint(packet_size), stamp, _SEQUENCE, _TRACK_EVENT, event_len, head, _TRACK_UUID))
+    return before, tail + _FLAGS
+
+
+BEGIN_CACHE_BYTES = 32 << 20  # encoded begins kept for reuse by the next ranks
+
+
+class _Member:
+    """A process being written: its pid bytes, and which of its begins its layout's shared
+    packets do not describe (`own`: 1 per position with a flow, or a name or args of its own)."""
+
+    __slots__ = ("process", "pid", "own")
+
+    def __init__(self, process: Process, reference: Process | None):
+        self.process = process
+        self.pid = pid_bytes(process.pid)
+        n = process.slice_count
+        if reference is None:
+            self.own = b"\x01" * n
+            return
+        own = bytearray(n)
+        for i in process.flows:
+            own[i] = 1
+        for mine, theirs in ((process.names, reference.names), (process.slice_args, reference.slice_args)):
+            if mine is not theirs:
+                for i, (a, b) in enumerate(zip(mine, theirs)):
+                    if a is not b:
+                        own[i] = 1
+        self.own = bytes(own)
+
+
+class _EventEncoder:
+    def __init__(self, names: dict[str, int], arg_names: dict[str, int]):
+        self.names = names
+        self.arg_names = arg_names
+        self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> TrackEvent type, name, args
+        self.begin_bytes = 0
+        self.at_stamp: dict[tuple, tuple[bytes, bytes]] = {}  # see `own_begin`
+
+    def add_run(self, buffer: list[bytes], member: _Member, stamp: bytes, run: list, shared: list | None) -> None:
+        """Packets of one process's events at one timestamp (`stamp`: the encoded timestamp field).
+
+        `shared`: pieces for each event of the run as its layout's reference rank has them
+        (None when no other rank has this layout).
+        """
+        pid, own, process = member.pid, member.own, member.process
+        for j, (kind, slot, i) in enumerate(run):
+            if shared is not None and not (kind and own[i]):
+                before, after = shared[j]
+            elif kind:
+                before, after = self.own_begin(process, stamp, slot, i)
+            else:
+                before, after = packet_pieces(stamp, _END_TYPE, varint(slot))
+            buffer += (before, pid, after)
+
+    def new_timestamp(self) -> None:
+        self.at_stamp.clear()
+
+    def own_begin(self, process: Process, stamp: bytes, slot: int, i: int) -> tuple[bytes, bytes]:
+        """A begin as this rank has it: its own args or flow.
+
+        The ranks of a group have the same args and a flow of the same direction at the same
+        time, and their packets are written one after the other: all but the flow id is
+        encoded once per timestamp (`at_stamp`).
+        """
+        name, args = process.names[i], process.slice_args[i]
+        code = process.flows.get(i)
+        tag = b"" if code is None else _TERMINATING_FLOW_IDS if flow_of(code)[1] == FLOW_IN else _FLOW_IDS
+        key = (slot, name, id(args), tag)
+        found = self.at_stamp.get(key)
+        if found is None:
+            middle = varint(slot) + tag
+            flow_size = b"\0" * 8 if tag else b""  # the fixed64 flow id that follows
+            before = packet_pieces(stamp, self.begin_head(name, args), middle + flow_size)[0]
+            found = self.at_stamp[key] = (before, middle)
+        before, middle = found
+        if code is None:
+            return before, middle + _FLAGS
+        return before, middle + struct.pack("<Q", flow_of(code)[0]) + _FLAGS
+
+    def shared_pieces(self, reference: Process, runs: list) -> list[list[tuple[bytes, bytes]]]:
+        """Pieces of every event of a layout, as a rank with the reference's names and args and no flows has them."""
+        out = []
+        for ts, run in runs:
+            stamp = b"\x40" + varint(ts)
+            pieces = []
+            for kind, slot, i in run:
+                head = self.begin_head(reference.names[i], reference.slice_args[i]) if kind else _END_TYPE
+                pieces.append(packet_pieces(stamp, head, varint(slot)))
+            out.append(pieces)
+        return out
+
+    def begin_head(self, name: str, args: dict[str, Any]) -> bytes:
+        head = self.begins.get((name, id(args)))
+        if head is not None:
+            return head
+        # ranks that share args dicts are close in rank order: a cache that starts over
+        # when large keeps the hits and bounds the memory
+        if self.begin_bytes > BEGIN_CACHE_BYTES:
+            self.begins.clear()
+            self.begin_bytes = 0
+        event = pb.TrackEvent()
+        event.type = _BEGIN
+        event.name_iid = self.names[name]
+        add_annotations(event, args, self.arg_names)
+        head = self.begins[(name, id(args))] = event.SerializeToString()  # fields 4, 9, 10: all before track_uuid
+        self.begin_bytes += len(head)
+        return head
 
 
 def intern_tables(plan: Plan) -> tuple[dict[str, int], dict[str, int]]:
@@ -114,13 +247,22 @@ def intern_tables(plan: Plan) -> tuple[dict[str, int], dict[str, int]]:
     names: dict[str, int] = {}
     arg_names: dict[str, int] = {}
     seen_args: set[int] = set()  # arg dicts are shared between slices: look at each once
+    seen_names: set[tuple[int, int]] = set()  # (name list, drawing order) already numbered
     for process in plan.processes:
-        for sl in process.slices:
-            if sl.name not in names:
-                names[sl.name] = len(names) + 1
-            if id(sl.args) not in seen_args:
-                seen_args.add(id(sl.args))
-                for key in sl.args:
+        positions = process.positions()
+        key = (id(process.names), id(positions))
+        if key not in seen_names:
+            seen_names.add(key)
+            for i in positions:
+                name = process.names[i]
+                if name not in names:
+                    names[name] = len(names) + 1
+        slice_args = process.slice_args
+        for i in positions:
+            args = slice_args[i]
+            if id(args) not in seen_args:
+                seen_args.add(id(args))
+                for key in args:
                     if key not in arg_names:
                         arg_names[key] = len(arg_names) + 1
     return names, arg_names
@@ -160,51 +302,97 @@ def add_descriptor_packets(builder: TraceProtoBuilder, plan: Plan) -> None:
             packet = builder.add_packet()
             packet.trusted_packet_sequence_id = SEQUENCE_ID
             track = packet.track_descriptor
-            track.uuid = thread.tid
+            track.uuid = thread_uuid(process.pid, thread.sort_index)  # sort_index is the slot
             track.thread.pid = process.pid
             track.thread.tid = thread.tid
             track.thread.thread_name = thread.name
             track.thread.legacy_sort_index = thread.sort_index
 
 
-def ordered_events(plan: Plan) -> list[tuple]:
-    """Every begin and end as (ts, track, seq, kind, slice), sorted; see `process_events`.
+def ordered_runs(plan: Plan, encoder: _EventEncoder) -> Iterator[tuple[int, list[tuple[_Member, list, list | None]]]]:
+    """Every begin and end in time order: (ts, [(process, its events at ts, shared pieces)]).
 
-    One sort of tuples is several times faster than merging per-thread streams in Python.
+    The order is (ts, tid, seq) as a sort of every event would give: a process's events
+    at one timestamp are one run of its layout (`layout_runs`), and processes that share a
+    layout have runs at the same timestamps, so merging the few layouts' runs by time, and
+    each run over its processes in pid order, is that sort without sorting millions.
     """
-    events: list[tuple] = []
+    groups: dict[int, list[Process]] = {}
     for process in plan.processes:
-        events.extend(process_events(process))
-    events.sort()  # (ts, track, seq) is unique, so the slices themselves are never compared
-    return events
+        groups.setdefault(id(process.layout), []).append(process)
+    members: list[list[_Member]] = []
+    runs_of: list[list] = []
+    shared_of: list[list | None] = []
+    for procs in groups.values():
+        procs.sort(key=_pid)
+        runs = layout_runs(procs[0].layout)
+        reference = procs[0] if len(procs) > 1 else None
+        members.append([_Member(p, reference) for p in procs])
+        runs_of.append(runs)
+        shared_of.append(encoder.shared_pieces(reference, runs) if reference is not None else None)
+    streams = [[(ts, k, r) for r, (ts, _) in enumerate(runs)] for k, runs in enumerate(runs_of)]
+    current, at = None, []  # at: (layout index, run index) at the current timestamp
+    for ts, k, r in heapq.merge(*streams):
+        if ts != current:
+            if at:
+                yield current, _by_pid(at, members, runs_of, shared_of)
+            current, at = ts, []
+        at.append((k, r))
+    if at:
+        yield current, _by_pid(at, members, runs_of, shared_of)
 
 
-def process_events(process: Process) -> Iterator[tuple]:
-    """Begins (kind 1) and ends (kind 0) of one process's slices, in nesting order per thread.
+def _pid(process: Process) -> int:
+    return process.pid
 
-    `seq` numbers each thread's events, so sorting by (ts, tid, seq) keeps every thread's
-    nesting order, and at one timestamp lower ranks come first (a flow starts on the lower
-    rank when both ends start together). Slices arrive sorted by (start, -end).
+
+def _by_pid(at: list[tuple[int, int]], members, runs_of, shared_of) -> list[tuple[_Member, list, list | None]]:
+    out = []
+    for k, r in at:
+        run = runs_of[k][r][1]
+        shared = shared_of[k][r] if shared_of[k] is not None else None
+        out.extend((member, run, shared) for member in members[k])
+    if len(at) > 1:
+        out.sort(key=lambda entry: entry[0].process.pid)
+    return out
+
+
+def layout_runs(layout: Layout) -> list[tuple[int, list[tuple[int, int, int]]]]:
+    """(ts, [(kind, slot, position)]) of a layout: begins (kind 1) and ends (kind 0) grouped by time.
+
+    Within a timestamp, events are in (slot, seq) order, where `seq` numbers the events in
+    the order they were generated: per thread that is proper nesting order (an end at t
+    before a begin at t, a parent's begin before its child's). Cached on the layout.
     """
-    stacks: dict[int, list] = {}
-    seq = 0
-    for sl in process.slices:
-        tid = sl.tid
-        stack = stacks.get(tid)
+    cached = layout.cache.get("perfetto")
+    if cached is not None:
+        return cached
+    starts, ends, slots = layout.starts, layout.ends, layout.slots
+    events: list[tuple[int, int, int, int, int]] = []
+    stacks: dict[int, list[int]] = {}
+    for i in range(len(starts)) if layout.order is None else layout.order:
+        slot = slots[i]
+        stack = stacks.get(slot)
         if stack is None:
-            stack = stacks[tid] = []
-        while stack and stack[-1].end <= sl.start:
+            stack = stacks[slot] = []
+        start = starts[i]
+        while stack and ends[stack[-1]] <= start:
             top = stack.pop()
-            yield (top.end, tid, seq, 0, top)
-            seq += 1
-        yield (sl.start, tid, seq, 1, sl)
-        seq += 1
-        stack.append(sl)
-    for tid, stack in stacks.items():
+            events.append((ends[top], slot, len(events), 0, top))
+        events.append((start, slot, len(events), 1, i))
+        stack.append(i)
+    for slot, stack in stacks.items():
         while stack:
             top = stack.pop()
-            yield (top.end, tid, seq, 0, top)
-            seq += 1
+            events.append((ends[top], slot, len(events), 0, top))
+    events.sort()
+    runs: list[tuple[int, list[tuple[int, int, int]]]] = []
+    for ts, slot, _, kind, i in events:
+        if not runs or runs[-1][0] != ts:
+            runs.append((ts, []))
+        runs[-1][1].append((kind, slot, i))
+    layout.cache["perfetto"] = runs
+    return runs
 
 
 def add_annotations(event, args: dict[str, Any], arg_names: dict[str, int]) -> None:

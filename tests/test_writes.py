@@ -1,0 +1,253 @@
+"""Nothing half-written: failed and interrupted runs leave earlier output as it was, and the
+same input gives byte-identical output across runs and --jobs values."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SAMPLES, run_cli
+from converters.writers.atomic import atomic_file, atomic_set, remove_stale_temporaries
+
+SIMAI = SAMPLES / "simai_tp8_pp16_1024gpu.txt"
+MEGATRON = SAMPLES / "megatron_rank4_pp_tp2.log"
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    """Every entry of `directory` (hidden ones too) -> sha256 of its bytes ("dir" for directories)."""
+    return {
+        p.name: "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.iterdir())
+    }
+
+
+def dead_pid() -> int:
+    """The id of a process that has exited."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.fixture(scope="module")
+def old_set(tmp_path_factory) -> Path:
+    """A small earlier Chakra set `w.*.et` (4 ranks from samples/chakra_data), to be kept intact."""
+    directory = tmp_path_factory.mktemp("old")
+    result = run_cli(SAMPLES / "chakra_data", "--to", "chakra", "-o", directory / "w")
+    assert result.code == 0, result.stderr
+    return directory
+
+
+def copy_of(old: Path, into: Path) -> Path:
+    into.mkdir()
+    for p in old.iterdir():
+        (into / p.name).write_bytes(p.read_bytes())
+    return into
+
+
+# ------------------------------------------------------------------------------------ failed runs
+
+
+def test_failed_conversion_leaves_an_earlier_chrome_trace_untouched(tmp_path):
+    out = tmp_path / "o.json"
+    assert run_cli(MEGATRON, "-o", out).code == 0
+    before = snapshot(tmp_path)
+    bad = tmp_path / "bad.log"
+    bad.write_text(MEGATRON.read_text().replace("duration=420.45", "duration=x"))
+    result = run_cli(bad, "-o", out)
+    assert result.code == 2
+    assert snapshot(tmp_path) == {**before, "bad.log": snapshot(tmp_path)["bad.log"]}
+
+
+def test_failed_conversion_leaves_an_earlier_chakra_set_untouched(old_set, tmp_path):
+    target = copy_of(old_set, tmp_path / "out")
+    before = snapshot(target)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(SIMAI.read_bytes().replace(b"\n557\n", b"\n556\n"))
+    result = run_cli(bad, "--to", "chakra", "-o", target / "w")
+    assert result.code == 2
+    assert snapshot(target) == before
+
+
+def test_a_writer_failing_midway_leaves_the_earlier_set_and_no_temporary(old_set, tmp_path):
+    target = copy_of(old_set, tmp_path / "out")
+    before = snapshot(target)
+    with pytest.raises(RuntimeError):
+        with atomic_set(target / "w") as tmpdir:
+            (tmpdir / "w.0.et").write_bytes(b"new rank 0")
+            (tmpdir / "w.1.et").write_bytes(b"new rank 1")
+            raise RuntimeError("disk full")
+    assert snapshot(target) == before
+
+
+def test_a_failed_single_file_write_leaves_the_earlier_file(tmp_path):
+    out = tmp_path / "o.json"
+    out.write_bytes(b"earlier")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_file(out) as f:
+            f.write(b"half of a new tr")
+            raise KeyboardInterrupt
+    assert snapshot(tmp_path) == {"o.json": hashlib.sha256(b"earlier").hexdigest()}
+
+
+def test_a_smaller_new_set_replaces_every_rank_of_a_larger_one(old_set, tmp_path):
+    target = copy_of(old_set, tmp_path / "out")
+    with atomic_set(target / "w") as tmpdir:
+        (tmpdir / "w.0.et").write_bytes(b"only rank")
+    assert sorted(p.name for p in target.glob("w.*.et")) == ["w.0.et"]
+
+
+# ------------------------------------------------------------------------------------ interrupted runs
+
+
+def start_conversion(target: Path) -> subprocess.Popen:
+    """The 1024-rank SimAI sample -> a Chakra set `target/w`, in its own process group."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "converters.cli", str(SIMAI), "--to", "chakra", "--jobs", "2", "-o", str(target / "w")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
+def wait_until_writing(process: subprocess.Popen, target: Path, files: int = 20, timeout: float = 60) -> Path:
+    """The temporary set directory, once it holds `files` rank files (the run is mid-write)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for tmp in target.glob(".w.*.tmp"):
+            try:
+                if sum(1 for _ in tmp.glob("w.*.et")) >= files:
+                    return tmp
+            except FileNotFoundError:
+                pass
+        assert process.poll() is None, "the run ended before it was interrupted"
+        time.sleep(0.005)
+    raise AssertionError("the run never started writing")
+
+
+def test_ctrl_c_mid_write_leaves_the_earlier_set_and_no_temporary(old_set, tmp_path):
+    target = copy_of(old_set, tmp_path / "out")
+    before = snapshot(target)
+    process = start_conversion(target)
+    wait_until_writing(process, target)
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole group
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert stderr.endswith("et-convert: interrupted; earlier output left as it was\n")
+    assert "Traceback" not in stderr
+    assert snapshot(target) == before
+
+
+def test_kill_mid_write_leaves_the_earlier_set_and_the_next_run_cleans_up(old_set, tmp_path):
+    target = copy_of(old_set, tmp_path / "out")
+    before = snapshot(target)
+    process = start_conversion(target)
+    tmp = wait_until_writing(process, target)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    # SIGKILL cannot be caught: the hidden temporary stays, but no glob of the set sees it.
+    assert {p.name for p in target.glob("w.*")} == {n for n in before if n.startswith("w.")}
+    assert {n: h for n, h in snapshot(target).items() if not n.startswith(".")} == before
+    assert tmp.exists()
+    result = run_cli(SAMPLES / "chakra_data", "--to", "chakra", "-o", target / "w")
+    assert result.code == 0, result.stderr
+    assert snapshot(target) == before  # same content again, and the killed run's temporary is gone
+
+
+def test_stale_temporaries_of_dead_runs_are_removed_and_live_ones_kept(tmp_path):
+    dead, alive = dead_pid(), os.getpid()
+    stale_dir = tmp_path / f".w.{dead}.k2j4_x.tmp"
+    stale_dir.mkdir()
+    (stale_dir / "w.0.et").write_bytes(b"half")
+    stale_file = tmp_path / f".o.json.{dead}.abcd1234.tmp"
+    stale_file.write_bytes(b"half")
+    live = tmp_path / f".w.{alive}.zz9.tmp"
+    live.mkdir()
+    other = tmp_path / f".v.{dead}.q1.tmp"  # another target's: not ours to judge here
+    other.mkdir()
+    past = time.time() - 60
+    for p in (stale_dir, stale_file, live, other):
+        os.utime(p, (past, past))
+    with atomic_set(tmp_path / "w") as tmpdir:
+        (tmpdir / "w.0.et").write_bytes(b"new")
+    assert not stale_dir.exists() and live.exists() and other.exists()
+    with atomic_file(tmp_path / "o.json") as f:
+        f.write(b"{}")
+    assert not stale_file.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, "o.json", "w.0.et"])
+
+
+def test_stale_cleanup_leaves_a_temporary_made_after_the_run_started(tmp_path):
+    newer = tmp_path / f".w.{dead_pid()}.new.tmp"
+    newer.mkdir()
+    future = time.time() + 60
+    os.utime(newer, (future, future))
+    assert remove_stale_temporaries(tmp_path, "w") == []
+    assert newer.exists()
+
+
+# ------------------------------------------------------------------------------------ determinism
+
+
+def test_chakra_set_is_byte_identical_across_jobs(tmp_path):
+    sets = {}
+    for jobs in ("1", "2"):
+        result = run_cli(SIMAI, "--to", "chakra", "--jobs", jobs, "-q", "-o", tmp_path / jobs / "w")
+        assert result.code == 0, result.stderr
+        sets[jobs] = snapshot(tmp_path / jobs)
+    assert len(sets["1"]) == 1025  # 1024 ranks and the comm_group.json
+    assert sets["1"] == sets["2"]
+
+
+def test_chakra_set_is_byte_identical_across_runs(tmp_path):
+    from helpers.megatron_synth import write_run
+
+    logs = write_run(tmp_path / "logs", stages=4, tp=2, microbatches=4)
+    for name in ("a", "b"):
+        result = run_cli(*logs, "--to", "chakra", "--jobs", "2", "-o", tmp_path / name / "w")
+        assert result.code == 0, result.stderr
+    assert snapshot(tmp_path / "a") == snapshot(tmp_path / "b")
+    assert len(snapshot(tmp_path / "a")) == 9
+
+
+def test_chrome_trace_is_byte_identical_across_runs(tmp_path):
+    for name in ("a.json", "b.json"):
+        assert run_cli(MEGATRON, "-o", tmp_path / name).code == 0
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_running_out_of_memory_is_one_line_and_leaves_earlier_output(tmp_path, monkeypatch):
+    """A MemoryError is no bug of the input nor a traceback: one line, earlier output kept."""
+    from test_malformed import run_cli_here
+
+    from converters.writers import chakra
+
+    out = tmp_path / "o.json"
+    out.write_bytes(b"earlier")
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(chakra, "write_ranks", exhausted)
+    result = run_cli_here(MEGATRON, "--to", "chakra", "--jobs", "1", "-o", tmp_path / "w")
+    assert (result.code, result.stderr) == (3, (
+        "et-convert: error: out of memory; earlier output left as it was (draw fewer ranks with --ranks, or "
+        "convert a part of the input)\n"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json"]
+
+
+def test_ctrl_c_while_a_set_is_moved_into_place_waits_until_it_is_complete():
+    from converters.writers.atomic import _signals_held
+
+    finished = False
+    with pytest.raises(KeyboardInterrupt):
+        with _signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # a Ctrl-C here would otherwise stop the moves half way
+            finished = True
+        time.sleep(0.05)
+    assert finished
