@@ -39,6 +39,7 @@ from .._proto.wire import (
 from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Rank, WireAttr
 from ..options import Options
+from .text import json_error
 
 RANK_NAME = re.compile(r"^(?P<prefix>.*)\.(?P<rank>\d+)\.et(?:\.gz)?$")
 GZIP_MAGIC = b"\x1f\x8b"
@@ -619,22 +620,29 @@ def read_groups(trace: ExecutionTrace, paths: list[Path]) -> None:
     path = group_file_for(paths[0])
     if path is None:
         return
+    for gid, members in parse_group_file(path).items():
+        trace.groups[gid] = Group(gid, "", members)
+    trace.source.files = [p.name for p in paths] + [path.name]
+
+
+def parse_group_file(path: Path) -> dict[int, tuple[int, ...]]:
+    """A comm_group.json: `{"<positive group id>": [rank, ...], ...}`."""
     try:
-        table = orjson.loads(path.read_bytes())
+        table = orjson.loads(Path(path).read_bytes())
     except OSError as e:
         raise InputError(str(path), f"cannot read: {e.strerror}") from None
     except orjson.JSONDecodeError as e:
-        raise InputError(str(path), f"not valid JSON ({e})") from None
+        raise json_error(path, e) from None
     if not isinstance(table, dict):
         raise InputError(str(path), 'expected an object {"<group id>": [rank, ...], ...}')
+    groups: dict[int, tuple[int, ...]] = {}
     for key, members in table.items():
         if not (key.isascii() and key.isdigit()) or int(key) <= 0:
             raise InputError(str(path), f"group id {key!r} is not a positive integer")
         if not isinstance(members, list) or not all(isinstance(m, int) and not isinstance(m, bool) for m in members):
             raise InputError(str(path), f"group {key}: expected a list of ranks, found {members!r}"[:200])
-        gid = int(key)
-        trace.groups[gid] = Group(gid, "", tuple(members))
-    trace.source.files = [p.name for p in paths] + [path.name]
+        groups[int(key)] = tuple(members)
+    return groups
 
 
 def group_file_for(first: Path) -> Path | None:

@@ -32,6 +32,7 @@ from ..diagnostics import Diagnostics, InputError
 from ..model import ExecutionTrace, Group, Node, Rank, WireAttr
 from ..options import Options
 from .chakra import apply_our_metadata, apply_parallel_options, decide_timing, model_fields
+from .text import json_error
 
 FORMAT = "et-convert.et-json"
 NODE_TYPES = {v.name: v.number for v in pb.NodeType.DESCRIPTOR.values}
@@ -86,7 +87,7 @@ def parse_json(path: Path, data) -> object:
         with memoryview(data) as view:
             return orjson.loads(view)
     except orjson.JSONDecodeError as e:
-        raise InputError(str(path), f"not valid JSON ({e})") from None
+        raise json_error(path, e) from None
 
 
 class WriterLayout:

@@ -42,3 +42,10 @@ def not_utf8(data: bytes, offset: int, path: str, first_line: int = 1) -> InputE
     line = first_line + data.count(b"\n", 0, offset)
     column = len(data[line_start:offset].decode("utf-8", errors="replace")) + 1
     return InputError(at(path, line, column), f"not UTF-8 text (byte 0x{data[offset]:02x})")
+
+
+def json_error(path: Path, error: ValueError) -> InputError:
+    """A JSON syntax error at its place, `file:line:col`, like every other reader's errors."""
+    line, col = getattr(error, "lineno", None), getattr(error, "colno", None)
+    message = getattr(error, "msg", str(error))
+    return InputError(at(str(path), line, col), f"not valid JSON ({message})")

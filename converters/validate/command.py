@@ -109,21 +109,10 @@ def _load_json(path: Path):
 
 def apply_group_file(trace: ExecutionTrace, path: Path) -> None:
     """Replace the trace's groups with those of `--groups FILE` (keeping known kinds by id)."""
-    try:
-        table = orjson.loads(Path(path).read_bytes())
-    except OSError as e:
-        raise InputError(str(path), f"cannot read: {e.strerror}") from None
-    except orjson.JSONDecodeError as e:
-        raise InputError(str(path), f"not valid JSON ({e})") from None
-    if not isinstance(table, dict):
-        raise InputError(str(path), 'expected an object {"<group id>": [rank, ...], ...}')
+    from ..readers.chakra import parse_group_file
+
     groups: dict[int, Group] = {}
-    for key, members in table.items():
-        if not (key.isascii() and key.isdigit()) or int(key) <= 0:
-            raise InputError(str(path), f"group id {key!r} is not a positive integer")
-        if not isinstance(members, list) or not all(isinstance(m, int) and not isinstance(m, bool) for m in members):
-            raise InputError(str(path), f"group {key}: expected a list of ranks")
-        gid = int(key)
+    for gid, members in parse_group_file(path).items():
         old = trace.groups.get(gid)
-        groups[gid] = Group(gid, old.kind if old else "", tuple(members), old.name if old else "")
+        groups[gid] = Group(gid, old.kind if old else "", members, old.name if old else "")
     trace.groups = groups
