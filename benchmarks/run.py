@@ -65,9 +65,12 @@ def data_variant(work: Path) -> Path:
 
 
 def with_gpus(work: Path, gpus: int) -> Path:
+    """The sample at another rank count: TP 8 and up to 16 stages (64 ranks: 8 stages, DP 1)."""
     text = SAMPLE.read_text()
+    text = re.sub(r"all_gpus:\s*\d+", f"all_gpus: {gpus}", text, count=1)
+    text = re.sub(r"pp:\s*\d+", f"pp: {min(16, gpus // 8)}", text, count=1)
     path = work / f"simai_{gpus}gpu.txt"
-    path.write_text(re.sub(r"all_gpus:\s*\d+", f"all_gpus: {gpus}", text, count=1))
+    path.write_text(text)
     return path
 
 
@@ -117,9 +120,10 @@ def bench_simai_chakra(work: Path, runs: int) -> None:
 
 
 def count_events(path: Path) -> int:
-    import orjson
-
-    return len(orjson.loads(path.read_bytes())["traceEvents"])
+    """Counted in a child process: a big parent would inflate the next child's peak RSS
+    (Linux children start from their parent's high-water mark)."""
+    code = "import orjson,sys; print(len(orjson.loads(open(sys.argv[1],'rb').read())['traceEvents']))"
+    return int(subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True).stdout)
 
 
 def bench_chrome(work: Path, runs: int) -> None:
@@ -148,7 +152,7 @@ def bench_validate_and_schedule(work: Path, runs: int) -> None:
 
 
 def bench_growth(work: Path, runs: int) -> None:
-    print("5. Growth: SimAI sample to Chakra at 64, 256, 1024, 4096 ranks")
+    print("5. Growth: SimAI sample to Chakra at 64 (PP 8), 256, 1024, 4096 ranks (PP 16)")
     for gpus in (64, 256, 1024, 4096):
         path = with_gpus(work, gpus)
         results = []
