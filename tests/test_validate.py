@@ -12,17 +12,7 @@ from converters.model import CollType, ExecutionTrace, Group, Node, NodeKind, Ra
 from converters.options import Options
 from converters.validate import CODES, gate, run_checks, validate_trace
 from converters.validate.findings import format_ranks
-from validate_cases import drop_node, find, pipeline_model, wire_attrs
-
-
-def codes(findings) -> list[str]:
-    return [f.code for f in findings]
-
-
-def only(findings, code):
-    found = [f for f in findings if f.code == code]
-    assert found, f"no {code} in {[f.text() for f in findings]}"
-    return found[0]
+from validate_cases import codes, drop_node, find, only, pipeline_model, wire_attrs
 
 
 # ---------------------------------------------------------------- clean inputs

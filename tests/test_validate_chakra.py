@@ -19,19 +19,9 @@ from converters.diagnostics import Diagnostics
 from converters.options import Options
 from converters.validate import run_checks, validate_trace
 from converters.writers.chakra import write as write_chakra
-from validate_cases import find, pipeline_model
+from validate_cases import codes, find, only, pipeline_model
 
 from conftest import SAMPLES, run_cli
-
-
-def codes(findings) -> list[str]:
-    return [f.code for f in findings]
-
-
-def only(findings, code):
-    found = [f for f in findings if f.code == code]
-    assert found, f"no {code} in {[f.text() for f in findings]}"
-    return found[0]
 
 
 @pytest.fixture(scope="module")

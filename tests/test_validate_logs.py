@@ -12,18 +12,9 @@ from converters.validate import run_checks, validate_trace
 from helpers.megatron_synth import write_run
 
 from conftest import SAMPLES, run_cli
+from validate_cases import codes, only
 
 STAGES, TP, MB = 4, 2, 4  # ranks 0-1 stage 0, 2-3 stage 1, 4-5 stage 2, 6-7 stage 3
-
-
-def codes(findings) -> list[str]:
-    return [f.code for f in findings]
-
-
-def only(findings, code):
-    found = [f for f in findings if f.code == code]
-    assert found, f"no {code} in {[f.text() for f in findings]}"
-    return found[0]
 
 
 def run(tmp_path: Path, edit=None, **options):

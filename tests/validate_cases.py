@@ -111,3 +111,16 @@ def wire_attrs(node: Node, rank: int) -> list[WireAttr]:
         attrs += [WireAttr("comm_size", "int64_val", node.size), WireAttr("comm_src", "int32_val", src),
                   WireAttr("comm_dst", "int32_val", dst), WireAttr("comm_tag", "int32_val", node.tag)]
     return attrs
+
+
+# ---------------------------------------------------------------- assertions on findings
+
+
+def codes(findings) -> list[str]:
+    return [f.code for f in findings]
+
+
+def only(findings, code):
+    found = [f for f in findings if f.code == code]
+    assert found, f"no {code} in {[f.text() for f in findings]}"
+    return found[0]

@@ -39,7 +39,7 @@ from .._proto.wire import (
 from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Rank, WireAttr
 from ..options import Options
-from .text import json_error
+from .text import json_error, read_bytes
 
 RANK_NAME = re.compile(r"^(?P<prefix>.*)\.(?P<rank>\d+)\.et(?:\.gz)?$")
 GZIP_MAGIC = b"\x1f\x8b"
@@ -143,7 +143,7 @@ def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> Execu
     gc.disable()
     try:
         for rank_id, path in ranks_of(paths):
-            raw = read_file(path)
+            raw = read_bytes(path)
             digest.update(raw)
             trace.ranks[rank_id] = read_rank(path, rank_id, unzipped(raw, path), decoder)
     finally:
@@ -185,13 +185,6 @@ def ranks_of(paths: list[Path]) -> list[tuple[int, Path]]:
             raise InputError(str(path), f"rank {rank} is given twice (also {found[rank]})")
         found[rank] = path
     return list(found.items())
-
-
-def read_file(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise InputError(str(path), f"cannot read: {e.strerror}") from None
 
 
 def unzipped(data: bytes, path: Path) -> bytes:
