@@ -16,6 +16,7 @@ from typing import Callable
 from .diagnostics import InputError, UsageError
 
 SNIFF_BYTES = 64 * 1024
+CHAKRA_SUFFIXES = (".et", ".et.gz")
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,7 @@ def expand_inputs(inputs: list[str | Path]) -> list[Path]:
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            inside = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-            inside = [p for p in inside if not p.name.endswith("comm_group.json")]
-            if not inside:
-                raise InputError(str(path), "directory has no input files")
-            files.extend(inside)
+            files.extend(files_in_directory(path))
         elif path.exists():
             files.append(path)
         else:
@@ -81,6 +78,45 @@ def expand_inputs(inputs: list[str | Path]) -> list[Path]:
     if not files:
         raise UsageError("no input files given")
     return files
+
+
+def refuse_overwriting_inputs(inputs: list[str | Path], output: Path, fmt: OutputFormat) -> None:
+    """Fail before reading when writing `output` would replace (or, for a Chakra set, remove) an input."""
+    for path in expand_inputs(inputs):
+        if _would_replace(path, Path(output), fmt.name == "chakra"):
+            raise InputError(str(output), f"cannot write over the input {path}; choose another output name")
+
+
+def _would_replace(path: Path, output: Path, chakra_set: bool) -> bool:
+    if not chakra_set:
+        return _same_file(path, output)
+    from .writers.atomic import set_file_name
+
+    return _same_file(path.parent, output.parent) and bool(set_file_name(output.name).match(path.name))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """The same file or directory, also through links or another spelling of its path."""
+    try:
+        return a.resolve() == b.resolve() or (b.exists() and a.samefile(b))
+    except OSError:
+        return False
+
+
+def files_in_directory(directory: Path) -> list[Path]:
+    """The input files of a directory, by name; a Chakra set's `.et` files when it holds any.
+
+    A set's directory often holds a README or notes too; they are not ranks of the set.
+    """
+    inside = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+    inside = [p for p in inside if not p.name.endswith("comm_group.json")]
+    if not inside:
+        raise InputError(str(directory), "directory has no input files")
+    return [p for p in inside if named_like_chakra(p)] or inside
+
+
+def named_like_chakra(path: Path) -> bool:
+    return path.name.lower().endswith(CHAKRA_SUFFIXES)
 
 
 def read_head(path: Path) -> bytes:
@@ -103,6 +139,10 @@ def detect(paths: list[Path]) -> str:
             matches.append(fmt.name)
     if len(matches) == 1:
         return matches[0]
+    if not matches and named_like_chakra(first):
+        # A cut-off or damaged Chakra file fails the sniffer, but its name says what it is: the
+        # Chakra reader then names the broken byte, which helps more than "cannot tell".
+        return "chakra"
     tried = ", ".join(INPUT_NAMES)
     if not matches:
         raise InputError(None, f"cannot tell the format of {first}; tried {tried}; use --from")

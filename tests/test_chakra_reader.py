@@ -13,6 +13,7 @@ from chakra.schema.protobuf import et_def_pb2 as ref
 from chakra.src.third_party.utils.protolib import encodeMessage
 
 from conftest import SAMPLES, run_cli
+from converters import api
 from converters.diagnostics import Diagnostics, InputError
 from converters.model import CollType, NodeKind
 from converters.options import Options
@@ -214,11 +215,30 @@ def test_sniff_reads_past_the_head_for_a_big_metadata(tmp_path):
     assert detect([path]) == "chakra"
 
 
-def test_a_plain_set_leaves_the_parallel_layout_unknown_unless_told():
+def test_a_plain_set_has_one_rank_per_file_and_the_rest_data_parallel_unless_told():
+    """A set without our metadata does not say its world size, but a simulator runs one rank per
+    .et file, so the world is the rank count (not 0, which would read as "unknown" downstream);
+    dp fills what --tp/--pp leave so that world = tp · dp · pp, and the assumption says so."""
     files = sorted((SAMPLES / "chakra_data").glob("*.et"))
-    assert load(files).parallel.world == 0
-    told = chakra.load(files, Options(dp=4), Diagnostics()).parallel
-    assert (told.world, told.dp, told.tp) == (4, 4, 1)
+    trace = load(files)
+    assert (trace.parallel.world, trace.parallel.dp, trace.parallel.tp) == (4, 4, 1)
+    assert trace.assumptions == [
+        "world = 4 ranks, one per .et file (the set does not say its layout); dp = 4, what tp 1 · pp 1 leave"]
+    told = chakra.load(files, Options(tp=2), Diagnostics())
+    assert (told.parallel.world, told.parallel.dp, told.parallel.tp) == (4, 2, 2)
+    assert told.assumptions == [
+        "world = 4 ranks, one per .et file (the set does not say its layout); dp = 2, what tp 2 · pp 1 leave"]
+    told = chakra.load(files, Options(dp=4), Diagnostics())
+    assert (told.parallel.world, told.parallel.dp, told.parallel.tp, told.assumptions) == (4, 4, 1, [])
+    odd = chakra.load(files, Options(tp=3), Diagnostics())  # does not divide: left for the validator (E022)
+    assert (odd.parallel.world, odd.parallel.dp, odd.parallel.tp, odd.assumptions) == (4, 1, 3, [])
+
+
+def test_our_own_set_keeps_the_world_its_metadata_records(tmp_path):
+    out = tmp_path / "w"
+    api.write(api.read(SAMPLES / "workloads" / "astra_data.txt", num_npus=8), out, to="chakra")
+    trace = load(sorted(tmp_path.glob("w.*.et"))[:3])
+    assert (trace.parallel.world, len(trace.ranks)) == (8, 3)
 
 
 # -- ranks of one role share one node list ------------------------------------------------------

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import SAMPLES, run_cli
-from converters.diagnostics import InputError
-from converters.readers.workload_text import sniff_astra, sniff_simai
+from converters.diagnostics import Diagnostics, InputError
+from converters.readers.workload_text import parse, sniff_astra, sniff_simai
 from test_workload import WORKLOADS, load, small_simai
 
 ROW = "l0\t-1\t100\tALLREDUCE\t1024\t90\tALLREDUCE\t1024\t80\tALLREDUCE\t4096\t5"
@@ -42,7 +42,7 @@ def test_sniffers_tell_the_dialects_apart():
     (f"DATA\n1\n{ROW.replace('ALLREDUCE', 'ALLREDUC', 1)}\n",
      ":3: fwd_comm_type: unknown comm type 'ALLREDUC'; expected ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL or NONE"),
     (f"DATA\n3\n{ROW}\n{ROW}\n", ":4: line 2 announces 3 rows, found 2"),
-    (f"DATA\n1\n{ROW}\n{ROW}\n", ":4: line 2 announces 1 rows, found 2"),
+    (f"DATA\n0\n{ROW}\n", ":2: the workload has no rows"),
     (f"DATA\n1\n{ROW.replace('100', '-100', 1)}\n", ":3: fwd_compute: expected a whole number >= 0, found '-100'"),
     (f"DATA\n1\n{ROW.replace('100', 'nan', 1)}\n", ":3: fwd_compute: expected a whole number >= 0, found 'nan'"),
     (f"DATA\n1\n{ROW.replace('4096', '4096.5')}\n", ":3: wg_comm_size: expected a whole number >= 0, found '4096.5'"),
@@ -71,6 +71,19 @@ def test_sniffers_tell_the_dialects_apart():
 ])
 def test_astra_text_errors(tmp_path, text, message):
     assert astra(tmp_path, text) == message
+
+
+def test_more_rows_than_announced_convert_the_announced_ones_with_a_warning(tmp_path):
+    """ASTRA-sim 1.0 and SimAI read as many rows as line 2 announces and never look further."""
+    path = tmp_path / "w.txt"
+    path.write_text(f"DATA\n1\n{ROW}\n\n{ROW.replace('l0', 'l1')}\nnot a row at all\n")
+    diagnostics = Diagnostics()
+    workload = parse(path, "astra", diagnostics)
+    assert [row.name for row in workload.rows] == ["l0"]
+    assert diagnostics.messages() == [
+        f"{path}:5: line 2 announces 1 rows, found 3; converted the first 1 and ignored the rest, as the simulators do"]
+    trace, _ = load("astra-text", path, num_npus=2)
+    assert len(trace.ranks) == 2
 
 
 def test_non_utf8_bytes_are_an_error_at_their_line(tmp_path):

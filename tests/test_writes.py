@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SAMPLES, run_cli
+from converters.diagnostics import InputError
+from converters.formats import output_format, refuse_overwriting_inputs
 from converters.writers.atomic import atomic_file, atomic_set, remove_stale_temporaries
 
 SIMAI = SAMPLES / "simai_tp8_pp16_1024gpu.txt"
@@ -69,7 +71,7 @@ def test_failed_conversion_leaves_an_earlier_chakra_set_untouched(old_set, tmp_p
     target = copy_of(old_set, tmp_path / "out")
     before = snapshot(target)
     bad = tmp_path / "bad.txt"
-    bad.write_bytes(SIMAI.read_bytes().replace(b"\n557\n", b"\n556\n"))
+    bad.write_bytes(SIMAI.read_bytes().replace(b"\n557\n", b"\n558\n"))
     result = run_cli(bad, "--to", "chakra", "-o", target / "w")
     assert result.code == 2
     assert snapshot(target) == before
@@ -101,6 +103,27 @@ def test_a_smaller_new_set_replaces_every_rank_of_a_larger_one(old_set, tmp_path
     with atomic_set(target / "w") as tmpdir:
         (tmpdir / "w.0.et").write_bytes(b"only rank")
     assert sorted(p.name for p in target.glob("w.*.et")) == ["w.0.et"]
+
+
+def test_a_new_set_without_groups_removes_the_old_sets_comm_group_json(tmp_path):
+    target = tmp_path / "mix"
+    assert run_cli(SAMPLES / "workloads" / "astra_data.txt", "--num-npus", "8", "--to", "chakra", "-o", target / "w").code == 0
+    assert (target / "w.comm_group.json").exists()
+    (target / "other.comm_group.json").write_text("{}")  # another prefix's file is not ours to remove
+    result = run_cli(SAMPLES / "chakra_data", "--to", "chakra", "-o", target / "w")
+    assert result.code == 0, result.stderr
+    assert sorted(p.name for p in target.iterdir()) == ["other.comm_group.json", "w.0.et", "w.1.et", "w.2.et", "w.3.et"]
+    validated = run_cli("validate", target / "w.0.et", target / "w.1.et", target / "w.2.et", target / "w.3.et")
+    assert (validated.code, "E023" in validated.stdout) == (0, False), validated.stdout
+
+
+def test_a_new_set_with_groups_replaces_the_old_comm_group_json(old_set, tmp_path):
+    target = copy_of(old_set, tmp_path / "out")
+    (target / "w.comm_group.json").write_text('{"9": [0, 1]}')
+    with atomic_set(target / "w") as tmpdir:
+        (tmpdir / "w.0.et").write_bytes(b"only rank")
+        (tmpdir / "w.comm_group.json").write_text('{"1": [0]}')
+    assert (target / "w.comm_group.json").read_text() == '{"1": [0]}'
 
 
 # ------------------------------------------------------------------------------------ interrupted runs
@@ -251,3 +274,81 @@ def test_ctrl_c_while_a_set_is_moved_into_place_waits_until_it_is_complete():
             finished = True
         time.sleep(0.05)
     assert finished
+
+
+# ------------------------------------------------------------------------------------ unwritable outputs
+
+
+def test_an_output_under_a_file_is_one_line_and_exit_2(tmp_path):
+    from test_malformed import run_cli_here
+
+    (tmp_path / "afile").write_bytes(b"a file")
+    for args, target in [(("-o",), "afile/out.json"), (("--to", "chakra", "-o"), "afile/sub/w")]:
+        result = run_cli_here(MEGATRON, "-q", *args, tmp_path / target)
+        assert (result.code, result.stderr) == (
+            2, f"et-convert: error: {tmp_path / target}: cannot write: {tmp_path / 'afile'} is a file, not a directory\n")
+    assert snapshot(tmp_path) == {"afile": hashlib.sha256(b"a file").hexdigest()}
+
+
+def test_an_output_that_is_a_directory_is_one_line_and_exit_2(tmp_path):
+    from test_malformed import run_cli_here
+
+    (tmp_path / "isdir.json").mkdir()
+    result = run_cli_here(MEGATRON, "-o", tmp_path / "isdir.json")
+    assert (result.code, result.stderr) == (2, f"et-convert: error: {tmp_path / 'isdir.json'}: cannot write: it is a directory\n")
+    assert snapshot(tmp_path) == {"isdir.json": "dir"}
+
+
+def test_a_directory_named_like_a_rank_file_refuses_the_set_and_keeps_the_old_one(old_set, tmp_path):
+    from test_malformed import run_cli_here
+
+    target = copy_of(old_set, tmp_path / "out")
+    (target / "w.0.et").unlink()
+    (target / "w.0.et").mkdir()
+    before = snapshot(target)
+    result = run_cli_here(SAMPLES / "chakra_data", "--to", "chakra", "-o", target / "w")
+    assert (result.code, result.stderr) == (2, f"et-convert: error: {target / 'w.0.et'}: cannot write: it is a directory\n")
+    assert snapshot(target) == before
+
+
+def test_an_unwritable_directory_is_an_input_error_naming_the_output(tmp_path, monkeypatch):
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("tempfile.mkstemp", refused)
+    with pytest.raises(InputError) as e:
+        with atomic_file(tmp_path / "x.json"):
+            pass
+    assert str(e.value) == f"{tmp_path / 'x.json'}: cannot write: Permission denied"
+    monkeypatch.setattr("tempfile.mkdtemp", refused)
+    with pytest.raises(InputError) as e:
+        with atomic_set(tmp_path / "w"):
+            pass
+    assert str(e.value) == f"{tmp_path / 'w'}: cannot write: Permission denied"
+
+
+def test_a_full_disk_mid_write_is_an_input_error_and_keeps_the_earlier_file(tmp_path):
+    out = tmp_path / "o.json"
+    out.write_bytes(b"earlier")
+    with pytest.raises(InputError) as e:
+        with atomic_file(out) as f:
+            f.write(b"half of a new tr")
+            raise OSError(28, "No space left on device")
+    assert str(e.value) == f"{out}: cannot write: No space left on device"
+    assert snapshot(tmp_path) == {"o.json": hashlib.sha256(b"earlier").hexdigest()}
+
+
+@pytest.mark.parametrize("inputs, output, to, replaced", [
+    (["chakra_data"], "chakra_data/workload.0.et", "et-json", "chakra_data/workload.0.et"),
+    (["chakra_data/workload.1.et"], "chakra_data/../chakra_data/workload", "chakra", "chakra_data/workload.1.et"),
+    (["megatron_rank4_pp_tp2.log"], "./megatron_rank4_pp_tp2.log", "chrome", "megatron_rank4_pp_tp2.log"),
+])
+def test_an_output_that_would_replace_an_input_is_refused(inputs, output, to, replaced):
+    with pytest.raises(InputError) as e:
+        refuse_overwriting_inputs([SAMPLES / i for i in inputs], SAMPLES / output, output_format(to, SAMPLES / output))
+    assert str(e.value) == f"{SAMPLES / output}: cannot write over the input {SAMPLES / replaced}; choose another output name"
+
+
+def test_an_output_beside_the_inputs_is_allowed():
+    for output, to in [("chakra_data/other", "chakra"), ("chakra_data/workload.json", "et-json")]:
+        refuse_overwriting_inputs([SAMPLES / "chakra_data"], SAMPLES / output, output_format(to, SAMPLES / output))

@@ -163,12 +163,25 @@ def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> Execu
 
 
 def apply_parallel_options(trace: ExecutionTrace, options: Options) -> None:
-    """--tp/--dp/--pp/--ep override what the files said; a plain Chakra set says nothing (world 0)."""
+    """--tp/--dp/--pp/--ep override what the files said; a plain set's world is its rank count.
+
+    A set without our metadata (ASTRA-sim's own converter writes none) does not say how many
+    ranks the job had, but a simulator runs exactly one rank per file, so that is the world.
+    Data parallelism fills what --tp/--pp leave of it, so that world = tp · cp · dp · pp holds,
+    and the sentence saying so goes into the assumptions.
+    """
     given = {k: getattr(options, k) for k in ("tp", "dp", "pp", "ep") if getattr(options, k)}
     for key, value in given.items():
         setattr(trace.parallel, key, value)
-    if given and not trace.parallel.world:
-        trace.parallel.world = len(trace.ranks)
+    parallel = trace.parallel
+    if parallel.world or not trace.ranks:
+        return
+    parallel.world = len(trace.ranks)
+    rest, left = divmod(parallel.world, parallel.tp * parallel.cp * parallel.pp)
+    if "dp" not in given and not left:
+        parallel.dp = rest
+        trace.assume(f"world = {parallel.world} ranks, one per .et file (the set does not say its layout); "
+                     f"dp = {rest}, what tp {parallel.tp} · pp {parallel.pp} leave")
 
 
 def ranks_of(paths: list[Path]) -> list[tuple[int, Path]]:

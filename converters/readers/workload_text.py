@@ -8,12 +8,13 @@ rows mean for each rank is decided in `converters.builders.workload`.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..diagnostics import Diagnostics, InputError, at
-from .text import read_lines
+from .text import BOM, read_lines
 
 POLICIES = (
     "MICRO", "DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_TRANSFORMER",
@@ -32,6 +33,9 @@ COLUMNS = (
 SIMAI_KEYS = ("all_gpus", "pp", "ga", "ep", "vpp", "pp_comm")
 INT_KEYS = ("model_parallel_NPU_group", "all_gpus", "pp", "ga", "ep", "vpp", "DLRM_LAST_BOTTOM_LAYER")
 LIST_KEYS = ("checkpoints", "checkpoint_initiates")  # count, then that many row indices
+KNOWN_KEYS = (*INT_KEYS, "pp_comm", *LIST_KEYS)
+# Detection reads the first two non-blank lines; blank lines before them are rare.
+SNIFF_LINES = 64
 # Times and sizes end up in int64 fields of Chakra nodes; a larger number is a broken file.
 MAX_NUMBER = (1 << 63) - 1
 
@@ -80,28 +84,50 @@ class Workload:
 
 
 def _first_lines(head: bytes) -> list[str] | None:
-    try:
-        text = head.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        if e.start < len(head) - 4:  # a cut at the end of the sniffed head is fine
-            return None
-        text = head[: e.start].decode("utf-8-sig")
-    lines = [line for line in text.splitlines() if line.strip()]
+    """The first two non-blank lines of the head: all that detection looks at.
+
+    Only these are decoded, and leniently: a byte that is not UTF-8 further down (or even in
+    these lines) is for the reader to report at its line and column, not a reason to leave
+    the format unknown.
+    """
+    head = head.removeprefix(BOM)
+    lines = [raw.decode("utf-8", errors="replace") for raw in head.splitlines()[:SNIFF_LINES] if raw.strip()]
     return lines[:2] if len(lines) >= 2 else None
 
 
-def _header_keys(line: str) -> set[str]:
-    return {tok.rstrip(":") for tok in line.split()[1:]}
+def _header_keys(tokens: list[str]) -> set[str]:
+    return {tok.rstrip(":") for tok in tokens}
+
+
+def _known_keys(tokens: list[str]) -> set[str]:
+    """Header keys written as keys (`name:`) that the readers know."""
+    return {tok[:-1] for tok in tokens if tok.endswith(":") and tok[:-1] in KNOWN_KEYS}
+
+
+def _near_policy(word: str) -> bool:
+    """A policy keyword, or a misspelling of one (`HYBRID_TRANSFORMR`, `DATTA`)."""
+    return word in POLICIES or bool(difflib.get_close_matches(word.upper(), POLICIES, n=1, cutoff=0.8))
 
 
 def _looks_like_workload(head: bytes) -> tuple[bool, set[str]]:
+    """Whether the head is a workload table, even one with a broken header, and its header keys.
+
+    A table is claimed on its shape, not its correctness, so that the reader can name the
+    bad line: line 1 starts with a policy (or a near miss of one, or leaves it out and starts
+    with header keys) and either carries known header keys or is followed by a line that
+    starts with the row count (`557`, or a broken `557 rows`).
+    """
     lines = _first_lines(head)
     if not lines:
         return False, set()
-    tokens = lines[0].split()
-    count = lines[1].split()
-    ok = bool(tokens) and tokens[0] in POLICIES and len(count) == 1 and count[0].isascii() and count[0].isdigit()
-    return ok, _header_keys(lines[0]) if ok else set()
+    tokens, count = lines[0].split(), lines[1].split()
+    if not tokens:
+        return False, set()
+    known = _known_keys(tokens)
+    starts_like_header = _near_policy(tokens[0]) or (tokens[0][:-1] in known and len(known) >= 2)
+    count_follows = bool(count) and count[0][:1].isascii() and count[0][:1].isdigit()
+    ok = starts_like_header and (count_follows or bool(known))
+    return ok, _header_keys(tokens) if ok else set()
 
 
 def sniff_simai(head: bytes, path: Path) -> bool:
@@ -133,16 +159,27 @@ def parse(path: Path, dialect: str, diagnostics: Diagnostics) -> Workload:
     if len(count_tokens) != 1 or not (count_tokens[0].isascii() and count_tokens[0].isdigit()):
         raise InputError(at(name, count_line), f"expected the row count (one whole number), found {' '.join(count_tokens)!r}")
     count = int(count_tokens[0])
-    body = numbered[2:]
-    if len(body) != count:
-        last = body[-1][0] if body else count_line
-        raise InputError(at(name, last if len(body) < count else body[count][0]),
-                         f"line {count_line} announces {count} rows, found {len(body)}")
     if count == 0:
         raise InputError(at(name, count_line), "the workload has no rows")
+    body = numbered[2:]
+    if len(body) < count:
+        last = body[-1][0] if body else count_line
+        raise InputError(at(name, last), f"line {count_line} announces {count} rows, found {len(body)}")
+    if len(body) > count:
+        body = _announced_rows_only(name, count_line, count, body, diagnostics)
     customized = workload.policy == "HYBRID_CUSTOMIZED"
     workload.rows = [parse_row(workload, line, tokens, customized) for line, tokens in body]
     return workload
+
+
+def _announced_rows_only(name: str, count_line: int, count: int, body: list, diagnostics: Diagnostics) -> list:
+    """The announced rows; the simulators read that many and never look at the rest."""
+    diagnostics.warn(
+        "extra-rows",
+        f"{at(name, body[count][0])}: line {count_line} announces {count} rows, found {len(body)}; "
+        f"converted the first {count} and ignored the rest, as the simulators do",
+    )
+    return body[:count]
 
 
 def parse_header(workload: Workload, line: int, tokens: list[str], diagnostics: Diagnostics):

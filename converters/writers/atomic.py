@@ -24,24 +24,32 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from ..diagnostics import InputError
+
 
 @contextlib.contextmanager
 def atomic_file(path: Path) -> Iterator[BinaryIO]:
-    """Open a temporary file beside `path` for binary writing; rename it to `path` on success."""
+    """Open a temporary file beside `path` for binary writing; rename it to `path` on success.
+
+    A path that cannot be written (its directory is a file or read-only, the disk is full, a
+    directory has the name) is an InputError naming `path`, not a traceback.
+    """
     path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(directory, path.name)
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=".tmp", dir=directory)
-    os.fchmod(fd, _default_file_mode())  # mkstemp makes 0600; users expect what `open` would give
-    try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with _write_errors_reported(path):
+        directory = _target_directory(path)
+        if path.is_dir():
+            raise InputError(str(path), "cannot write: it is a directory")
+        remove_stale_temporaries(directory, path.name)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=".tmp", dir=directory)
+        os.fchmod(fd, _default_file_mode())  # mkstemp makes 0600; users expect what `open` would give
+        try:
+            with os.fdopen(fd, "wb", buffering=1 << 20) as f:
+                yield f
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
 
 @contextlib.contextmanager
@@ -49,25 +57,59 @@ def atomic_set(prefix: Path) -> Iterator[Path]:
     """Yield a temporary directory; on success move every file in it next to `prefix`.
 
     Files in the temporary directory must be named as they should appear in the target
-    directory (e.g. `workload.0.et`, `workload.comm_group.json`).
+    directory (e.g. `workload.0.et`, `workload.comm_group.json`). A set that cannot be
+    written is an InputError naming the prefix (or the file in the way), not a traceback.
     """
     prefix = Path(prefix)
-    directory = prefix.parent if str(prefix.parent) else Path(".")
+    with _write_errors_reported(prefix):
+        directory = _target_directory(prefix)
+        remove_stale_temporaries(directory, prefix.name)
+        tmpdir = Path(tempfile.mkdtemp(prefix=_temp_prefix(prefix.name), suffix=".tmp", dir=directory))
+        try:
+            yield tmpdir
+            written = {p.name for p in tmpdir.iterdir()}
+            for name in written:
+                os.chmod(tmpdir / name, _default_file_mode())
+            _refuse_directories_in_the_way(directory, written)
+            with _signals_held():
+                _remove_stale_set_files(directory, prefix.name, written)
+                for name in sorted(written):
+                    os.replace(tmpdir / name, directory / name)
+                tmpdir.rmdir()
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _target_directory(path: Path) -> Path:
+    """The directory `path` goes into, made if missing."""
+    directory = path.parent if str(path.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(directory, prefix.name)
-    tmpdir = Path(tempfile.mkdtemp(prefix=_temp_prefix(prefix.name), suffix=".tmp", dir=directory))
+    return directory
+
+
+def _refuse_directories_in_the_way(directory: Path, names: set[str]) -> None:
+    """Checked before anything of the old set is removed, so a refused set changes nothing."""
+    for name in sorted(names):
+        if (directory / name).is_dir():
+            raise InputError(str(directory / name), "cannot write: it is a directory")
+
+
+@contextlib.contextmanager
+def _write_errors_reported(target: Path) -> Iterator[None]:
+    """Turn an OSError while writing `target` into the one-line error a user can act on."""
     try:
-        yield tmpdir
-        written = {p.name for p in tmpdir.iterdir()}
-        for name in written:
-            os.chmod(tmpdir / name, _default_file_mode())
-        with _signals_held():
-            _remove_stale_set_files(directory, prefix.name, written)
-            for name in sorted(written):
-                os.replace(tmpdir / name, directory / name)
-            tmpdir.rmdir()
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        yield
+    except OSError as e:
+        raise InputError(str(target), f"cannot write: {_why_not_writable(e, target)}") from None
+
+
+def _why_not_writable(error: OSError, target: Path) -> str:
+    for ancestor in target.parents:  # the nearest one that exists decides whether mkdir could work
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                return f"{ancestor} is a file, not a directory"
+            break
+    return error.strerror or str(error)
 
 
 def _temp_prefix(name: str) -> str:
@@ -132,8 +174,18 @@ def _default_file_mode() -> int:
     return 0o666 & ~umask
 
 
+def set_file_name(prefix: str) -> re.Pattern[str]:
+    """The names of the files a Chakra set `prefix` writes (or removes as an older set's)."""
+    return re.compile(re.escape(prefix) + r"\.(\d+\.et|comm_group\.json)$")
+
+
 def _remove_stale_set_files(directory: Path, prefix: str, keep: set[str]) -> None:
-    pattern = re.compile(re.escape(prefix) + r"\.(\d+)\.et$")
+    """Remove the files of an older set with this prefix that the new set does not replace.
+
+    The old set's comm_group.json goes too: a new set without groups would otherwise be read
+    (and validated) with the old set's groups.
+    """
+    pattern = set_file_name(prefix)
     for p in directory.iterdir():
         if pattern.match(p.name) and p.name not in keep:
             p.unlink()
