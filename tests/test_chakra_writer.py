@@ -100,6 +100,7 @@ def test_metadata_names_the_tool_source_and_assumptions(tmp_path):
     assert a["source.format"] == ("string_val", "test")
     assert list(a["source.files"][1].values) == ["w.txt"]
     assert a["source.sha256"] == ("string_val", "ab" * 32)
+    assert a["source.ranks"] == ("string_val", "0-1")  # what the validator needs to tell a lost file
     assert a["units.time"] == ("string_val", "ns")
     assert a["timing"] == ("string_val", "none")
     assert list(a["assumptions"][1].values) == ["backward time = 2 x forward"]

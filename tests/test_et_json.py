@@ -104,8 +104,10 @@ def test_every_value_kind_survives_the_dump_exactly(tmp_path):
     assert attrs["none"] == {"name": "none", "doc_string": "no value set"}
     assert doc["ranks"]["0"]["nodes"][1]["ctrl_deps"] == [str(1 << 60)]
     again = tmp_path / "again" / "odd"
-    result = run_cli(dump, "--from", "et-json", "--to", "chakra", "-o", again)
+    # attributes in kinds ASTRA-sim cannot read are validation errors: restored only with --force
+    result = run_cli(dump, "--from", "et-json", "--to", "chakra", "-o", again, "--force")
     assert result.code == 0, result.stderr
+    assert "validate error (written anyway, --force): E010 unreadable attribute kind" in result.stderr
     for original in originals:
         assert (again.parent / original.name).read_bytes() == original.read_bytes()
     # and the dump of the copy is the same dump
@@ -278,3 +280,25 @@ def test_a_wrong_type_in_the_writer_layout_names_its_json_path(tmp_path):
     path.write_bytes(path.read_bytes().replace(b'"id":1,"name":"plain"', b'"id":-1,"name":"plain"'))
     with pytest.raises(InputError, match=r"\$\.ranks\.1\.nodes\[0\]\.id: -1 is out of range"):
         json_reader.load([path], Options(), Diagnostics())
+
+
+def test_a_dump_with_validation_errors_is_restored_only_with_force(tmp_path):
+    from validate_cases import find, pipeline_model
+
+    from converters.writers import chakra, et_json
+
+    trace = pipeline_model(tp=2, dp=1, pp=1, microbatches=1)
+    find(trace, 1, "tp all_reduce fwd mb0").size = 123
+    chakra.write(trace, tmp_path / "bad" / "w", Options(), Diagnostics())  # the writer itself does not gate
+    dump = tmp_path / "dump.json"
+    assert run_cli(tmp_path / "bad", "--to", "et-json", "-o", dump).code == 0
+    refused = run_cli(dump, "--to", "chakra", "-o", tmp_path / "g" / "w")
+    assert refused.code == 2 and not (tmp_path / "g").exists()
+    assert refused.stderr.startswith("et-convert: error: refusing to write a Chakra set that ASTRA-sim would stall "
+                                     "on: 1 validation error: E042 collective size mismatch")
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    forced = run_cli(dump, "--to", "chakra", "-o", tmp_path / "g" / "w", "--force")
+    assert forced.code == 0
+    assert "et-convert: warning: validate error (written anyway, --force): E042 collective size mismatch" in forced.stderr
+    for r in (0, 1):  # written as the dump held it, faults included
+        assert (tmp_path / "g" / f"w.{r}.et").read_bytes() == (tmp_path / "bad" / f"w.{r}.et").read_bytes()

@@ -264,3 +264,19 @@ def test_mutations_of_the_simai_set(simai_set, tmp_path, mutation):
     assert expected in codes(errors), [f.text() for f in findings]
     assert rank in only(errors, expected).ranks
     assert not [f for f in findings if f.severity == "warning"]
+
+
+def test_edges_only_in_ctrl_deps_are_a_warning(clean_set, tmp_path):
+    directory = copy_set(clean_set, tmp_path)
+
+    def to_ctrl_deps(node):
+        node.ctrl_deps.extend(node.data_deps)
+        del node.data_deps[:]
+
+    name = rewrite_first(directory / "w.0.et", pb.COMM_SEND_NODE, to_ctrl_deps)
+    findings = run_checks(read(directory))
+    assert codes(findings) == ["W006"]
+    assert findings[0].ranks == [0] and findings[0].node["name"] == name
+    assert "only through ctrl_deps, which ASTRA-sim's old feeder ignores" in findings[0].message
+    result = run_cli("validate", directory)
+    assert result.code == 0 and "W006 edge only in ctrl_deps · rank 0: node " in result.stdout

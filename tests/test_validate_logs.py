@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import orjson
@@ -9,7 +10,7 @@ import pytest
 
 import converters as etc
 from converters.validate import run_checks, validate_trace
-from helpers.megatron_synth import write_run
+from helpers.megatron_synth import drop_op, write_run
 
 from conftest import SAMPLES, run_cli
 from validate_cases import codes, only
@@ -139,21 +140,23 @@ def test_cli_on_logs(tmp_path):
     def drop(rank, index, line):
         return None if rank == 4 and "recv_forward(" in line and "batch_id=2," in line else line
 
-    clean = write_run(tmp_path / "clean", stages=STAGES, tp=TP, microbatches=MB)
-    assert run_cli("validate", tmp_path / "clean").code == 0
+    clean_files = write_run(tmp_path / "clean", stages=STAGES, tp=TP, microbatches=MB)
+    assert len(clean_files) == STAGES * TP
+    clean = run_cli("validate", tmp_path / "clean")
+    assert clean.code == 0 and clean.stderr == ""
+    assert re.fullmatch(r"validate: 0 errors, 0 warnings · 8 ranks · 10 checks · \d+\.\d s\n", clean.stdout)
     write_run(tmp_path / "bad", stages=STAGES, tp=TP, microbatches=MB, edit=drop)
     bad = run_cli("validate", tmp_path / "bad")
     assert bad.code == 1
     assert "p2p: 1 finding\n  E034 unmatched send · rank 2 (stage 1) -> rank 4 (stage 2)" in bad.stdout
     assert bad.stdout.splitlines()[-1].startswith("validate: 2 errors, 0 warnings · 8 ranks · ")
-    assert clean
 
 
 def test_chrome_traces_are_checked_against_perfetto_rules(tmp_path):
     trace_path = tmp_path / "run.json"
     etc.convert(SAMPLES / "megatron_rank4_pp_tp2.log", trace_path, fmt="megatron-log")
     clean = run_cli("validate", trace_path)
-    assert clean.code == 0 and clean.stdout.startswith("validate: 0 errors, 0 warnings · 1 rank · 1 check")
+    assert clean.code == 0 and clean.stdout.startswith("validate: 0 errors, 0 warnings · 1 process · 1 check")
     document = orjson.loads(trace_path.read_bytes())
     slices = [e for e in document["traceEvents"] if e.get("ph") == "X"]
     slices[1]["tid"] = 0
@@ -162,3 +165,126 @@ def test_chrome_traces_are_checked_against_perfetto_rules(tmp_path):
     bad = run_cli("validate", broken)
     assert bad.code == 1
     assert "E082 bad tid · event " in bad.stdout and "tid must be a non-zero integer" in bad.stdout
+
+
+# ---------------------------------------------------------------- collectives missing on one rank
+
+
+def test_several_collectives_missing_on_one_rank_name_it_and_where_they_are(tmp_path):
+    # rank 6 logs no backward_step of microbatch 1: it lacks that step's 4 TP all-reduces
+    findings = run_checks(run(tmp_path, edit=drop_op(6, "backward_step", 1)))
+    e040 = only(findings, "E040")
+    assert e040.ranks == [6]
+    assert e040.message == ("seqs 12-15 · rank 6 lacks 4 collectives that rank 7 issues: "
+                            "4 × ALL_REDUCE 4194304 B torch.float32 (28 collectives, not 32) "
+                            "(no majority: the longer sequence is taken as reference)")
+    # the first collective rank 6 lacks, as rank 7 logged it
+    assert e040.microbatch == 1 and e040.node["name"] == "normlinear_bwd allreduce"
+    assert e040.source.endswith("rank7.log:9")
+
+
+# ---------------------------------------------------------------- pipeline counts with a line to look at
+
+
+def test_sample_log_with_its_receive_line_removed_points_at_a_line(tmp_path):
+    lines = (SAMPLES / "megatron_rank4_pp_tp2.log").read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not line.startswith("rank:4:recv_backward(")]
+    assert len(kept) == len(lines) - 1
+    log = tmp_path / "rank4.log"
+    log.write_text("".join(kept))
+    findings = run_checks(etc.read(log, fmt="megatron-log"))
+    assert codes(findings) == ["I024", "E050"]
+    e050 = findings[1]
+    assert e050.message == ("rank 4 (stage 2): 0 recv_backward for 1 microbatch on 4 stages (expected 1); "
+                            "microbatch 0 has none")
+    # no recv_backward is left: the backward_step it feeds is where to look
+    assert e050.source == f"{log}:4" and e050.node["name"] == "backward_step mb0"
+
+
+# ---------------------------------------------------------------- Chakra sets converted from logs
+
+
+def chakra_of(tmp_path: Path, inputs, name: str = "set") -> Path:
+    etc.convert(inputs, tmp_path / name / "w", to="chakra")
+    return tmp_path / name
+
+
+def source_ranks(set_dir: Path) -> str:
+    trace = etc.read(set_dir, fmt="chakra")
+    attrs = {a.name: a.value for a in trace.sorted_ranks()[0].wire_metadata[1]}
+    return attrs["source.ranks"]
+
+
+def test_set_from_logs_that_lost_a_rank_file_is_an_error(tmp_path):
+    paths = write_run(tmp_path / "logs", stages=STAGES, tp=TP, microbatches=MB)
+    set_dir = chakra_of(tmp_path, paths)
+    assert source_ranks(set_dir) == "0-7"
+    (set_dir / "w.5.et").unlink()
+    findings = run_checks(etc.read(set_dir, fmt="chakra"))
+    assert "W025" not in codes(findings)
+    e023 = only(findings, "E023")
+    assert e023.ranks == [5] and e023.message.startswith("rank 5 is missing (no w.5.et); present: 0-4,6,7;")
+    # the ranks that talk to rank 5 are reported too, and the dry run is not skipped
+    e034 = only(findings, "E034")
+    assert e034.message.startswith("rank 3 (stage 1) -> rank 5 · rank 5 is not in the set")
+    assert {"E035", "I047"} <= set(codes(findings))
+    result = run_cli("validate", set_dir)
+    assert result.code == 1 and "E023 missing rank · rank 5 is missing (no w.5.et)" in result.stdout
+
+
+def test_optimus_sample_set_that_lost_a_rank_file_is_an_error(tmp_path):
+    set_dir = chakra_of(tmp_path, SAMPLES / "optimusprime_llama1b_pp8.log")
+    assert source_ranks(set_dir) == "0-7"
+    (set_dir / "w.3.et").unlink()
+    findings = run_checks(etc.read(set_dir, fmt="chakra"))
+    assert "W025" not in codes(findings)
+    assert only(findings, "E023").ranks == [3]
+    assert only(findings, "E046").message.startswith("rank 0 waits in recv from rank 1")
+
+
+def test_set_of_a_one_rank_log_is_only_a_warning(tmp_path):
+    set_dir = chakra_of(tmp_path, SAMPLES / "megatron_rank4_pp_tp2.log")
+    assert source_ranks(set_dir) == "4"
+    findings = run_checks(etc.read(set_dir, fmt="chakra"))
+    assert codes(findings) == ["W025"]
+    assert findings[0].message == ("the set holds rank 4 of 8 (converted from a log of only these); "
+                                   "a simulator would wait forever for the absent ranks' messages and collectives")
+
+
+def test_set_from_logs_without_the_record_of_their_ranks_cannot_tell_a_lost_file(tmp_path):
+    """Sets written before `source.ranks` existed: every absent rank is taken as never logged."""
+    paths = write_run(tmp_path / "logs", stages=STAGES, tp=TP, microbatches=MB)
+    dump = tmp_path / "dump.json"
+    etc.convert(paths, dump, to="et-json")
+    document = orjson.loads(dump.read_bytes())
+    del document["ranks"]["5"]
+    for rank in document["ranks"].values():
+        rank["metadata"]["attr"] = [a for a in rank["metadata"]["attr"] if a["name"] != "source.ranks"]
+    dump.write_bytes(orjson.dumps(document))
+    findings = run_checks(etc.read(dump, fmt="et-json"))
+    assert codes(findings) == ["W025"]
+    assert findings[0].message.startswith("the set holds ranks 0-4,6,7 of 8 (converted from a log of only these)")
+
+
+def test_sub_operation_outside_its_step(tmp_path):
+    trace = run(tmp_path)
+    sub = next(n for n in trace.ranks[0].nodes if n.parent is not None)
+    sub.start_ns += 100_000_000  # 100 ms later: well after its 12 ms forward step ends
+    w061 = only(run_checks(trace), "W061")
+    assert w061.message == 'rank 0: sub-operation lies outside its step "forward_step mb0"'
+    assert w061.node["name"] == "linear_fwd allreduce" and w061.source.endswith("rank0.log:2")
+
+
+def test_set_from_logs_of_some_ranks_that_lost_another_file(tmp_path):
+    paths = write_run(tmp_path / "logs", stages=STAGES, tp=TP, microbatches=MB)
+    set_dir = chakra_of(tmp_path, [p for p in paths if p.name != "rank4.log"])
+    assert source_ranks(set_dir) == "0-3,5-7"
+    (set_dir / "w.2.et").unlink()
+    findings = run_checks(etc.read(set_dir, fmt="chakra"))
+    assert codes(findings)[:2] == ["W025", "E023"]
+    assert findings[0].message.startswith("the set holds ranks 0,1,3,5-7 of 8 (converted from a log of only ranks 0-3,5-7);")
+    assert findings[1].ranks == [2]
+    # rank 4 was never logged: nothing is reported toward it; rank 2 was, and rank 0 sends to it
+    p2p = [f for f in findings if f.code in ("E034", "E035")]
+    assert p2p and all(f.ranks == [0, 2] for f in p2p)
+    assert "deadlock" not in {f.check for f in findings}  # cannot run without rank 4

@@ -12,7 +12,9 @@ Definitions: "seq k" is the k-th collective a rank issues in a group (ascending 
 ASTRA-sim issues them); work "can never run" when a dependency chain leads to a missing node,
 a self-dependency or a cycle. Inputs that record some ranks of a real run (Megatron and
 OptimusPrime logs) may hold only some ranks: cross-rank checks then cover the ranks present,
-and the dry run is skipped. Output: findings grouped by check (each capped by
+and the dry run is skipped. A Chakra set converted from such logs records the ranks they held
+(GlobalMetadata `source.ranks`): only ranks outside that record may be absent; a set that lost
+a rank its logs had is E023 like any other. Output: findings grouped by check (each capped by
 `--max-per-check`, all counted) and a summary line, or the same as JSON (`Report.json`).
 
 Codes (stable once released; E = error, W = warning, I = note):
@@ -20,6 +22,7 @@ Codes (stable once released; E = error, W = warning, I = note):
     graph        E001 duplicate node id          E002 dependency on a missing node
                  E003 node depends on itself     E004 dependency cycle
                  E005 work that can never run (waits on a cycle, missing node or self-dependency)
+                 W006 ordering edge only in ctrl_deps (ASTRA-sim's old feeder ignores ctrl_deps)
     attributes   E010 attribute kind ASTRA-sim cannot read (FORMATS.md §1; it reads 0)
                  E011 required attribute missing E017 communication node marked is_cpu_op
     nodes        E012 comm size not positive     E013 collective type ASTRA-sim cannot simulate
@@ -62,7 +65,7 @@ from .findings import ERROR, WARNING, Finding, Report
 
 CODES = {
     "E001": "duplicate node id", "E002": "dangling dependency", "E003": "self dependency",
-    "E004": "dependency cycle", "E005": "unreachable work",
+    "E004": "dependency cycle", "E005": "unreachable work", "W006": "edge only in ctrl_deps",
     "E010": "unreadable attribute kind", "E011": "missing attribute", "E017": "comm node on CPU",
     "E012": "comm size not positive", "E013": "collective not simulated", "W014": "broadcast only replayed",
     "E015": "send/recv without peer or tag", "E016": "send/recv endpoint is not its rank",

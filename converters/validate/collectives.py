@@ -76,11 +76,14 @@ def _check_group(ctx: Context, gid: int | None, issuing: dict[int, _Seq], descri
     # Majority: most members; ties go to the longer sequence, then to the lowest rank.
     ordered = sorted(classes.items(), key=lambda kv: (-len(kv[1]), -len(kv[0]), kv[1][0]))
     ref_keys, ref_ranks = ordered[0]
-    tie = len(ordered) > 1 and len(ordered[1][1]) == len(ref_ranks)
     ref = seqs[ref_ranks[0]]
     findings = []
     for keys, ranks in ordered[1:]:
-        findings.append(_diagnose(ctx, gid, ranks, seqs[ranks[0]], ref_ranks, ref, described, tie))
+        note = ""
+        if len(ranks) == len(ref_ranks):  # no majority: say which tie-break chose the reference
+            rule = "the longer sequence" if len(keys) != len(ref_keys) else "the lowest rank"
+            note = f" (no majority: {rule} is taken as reference)"
+        findings.append(_diagnose(ctx, gid, ranks, seqs[ranks[0]], ref_ranks, ref, described, note))
     return findings
 
 
@@ -91,14 +94,14 @@ def _describe(key: tuple) -> str:
 
 
 def _diagnose(ctx: Context, gid, ranks: list[int], seq: _Seq, ref_ranks: list[int], ref: _Seq,
-              described: list[tuple], tie: bool) -> Finding:
+              described: list[tuple], note: str) -> Finding:
     c, m = seq.keys, ref.keys
     k = next((i for i, (a, b) in enumerate(zip(c, m)) if a != b), min(len(c), len(m)))
-    if abs(len(c) - len(m)) == 1:
-        k = _named_gap(seq, ref, k)
+    gap = abs(len(c) - len(m))
+    if gap:
+        k = _named_gap(seq, ref, k, gap)
     who, others = rank_words(ranks), rank_words(ref_ranks)
     s1, s2 = ("s" if len(ranks) == 1 else ""), ("s" if len(ref_ranks) == 1 else "")
-    note = " (no majority: the lowest rank is taken as reference)" if tie else ""
 
     def node_of(s: _Seq, i: int):
         return s.nodes[s.indices[i]] if i < len(s.indices) else None
@@ -114,13 +117,19 @@ def _diagnose(ctx: Context, gid, ranks: list[int], seq: _Seq, ref_ranks: list[in
     if not c:
         return finding("E043", f"{who} never issue{s1} any of the {len(m)} collectives "
                                f"that {others} issue{s2}, first {_describe(described[m[0]])}", ref_node)
+    counts = f"({len(c)} collectives, not {len(m)})"
     if len(c) == len(m) - 1 and c[k:] == m[k + 1:]:
         return finding("E040", f"seq {k} · {who} lack{s1} the {_describe(described[m[k]])} "
-                               f"that {others} issue{s2} ({len(c)} collectives, not {len(m)})", ref_node)
+                               f"that {others} issue{s2} {counts}", ref_node)
     if len(c) == len(m) + 1 and c[k + 1:] == m[k:]:
         return finding("E040", f"seq {k} · {who} issue{s1} an extra "
-                               f"{_describe(described[c[k]])} that {others} do{'es' if s2 else ''} not "
-                               f"({len(c)} collectives, not {len(m)})")
+                               f"{_describe(described[c[k]])} that {others} do{'es' if s2 else ''} not {counts}")
+    if len(c) < len(m) and c[k:] == m[k + gap:]:
+        return finding("E040", f"seqs {k}-{k + gap - 1} · {who} lack{s1} {gap} collectives that {others} "
+                               f"issue{s2}: {_describe_run(described, m[k:k + gap])} {counts}", ref_node)
+    if len(c) > len(m) and c[k + gap:] == m[k:]:
+        return finding("E040", f"seqs {k}-{k + gap - 1} · {who} issue{s1} {gap} extra collectives that "
+                               f"{others} do{'es' if s2 else ''} not: {_describe_run(described, c[k:k + gap])} {counts}")
     if (len(c) == len(m) and k + 1 < len(c) and c[k] == m[k + 1] and c[k + 1] == m[k] and c[k + 2:] == m[k + 2:]):
         return finding("E044", f"seq {k} · {who}: {_describe(described[c[k]])} then {_describe(described[c[k + 1]])}; "
                                f"{others}: the other order")
@@ -138,17 +147,30 @@ def _diagnose(ctx: Context, gid, ranks: list[int], seq: _Seq, ref_ranks: list[in
     return finding("E045", f"seq {k} · {who}: {_describe(mine)}, {others}: {_describe(theirs)}{count}")
 
 
-def _named_gap(seq: _Seq, ref: _Seq, k: int) -> int:
-    """Where one collective is missing (or extra) when equal neighbours hide it: node names tell.
+def _describe_run(described: list[tuple], keys: tuple[int, ...]) -> str:
+    """`4 × ALL_REDUCE 4194304 B`, or the first three of a mixed run."""
+    if len(set(keys)) == 1:
+        return f"{len(keys)} × {_describe(described[keys[0]])}"
+    return ", ".join(_describe(described[key]) for key in keys[:3]) + (", ..." if len(keys) > 3 else "")
 
-    Sequences that differ by one element agree on everything before `k`, but if the element
-    at `k` equals its neighbours the gap may really be earlier; the first position where the
-    node names stop agreeing (and the rest lines up) is the better answer.
+
+def _named_gap(seq: _Seq, ref: _Seq, k: int, gap: int) -> int:
+    """Where `gap` collectives are missing (or extra) when equal neighbours hide them: node names tell.
+
+    Sequences whose lengths differ by `gap` agree on everything before `k`, but when the
+    collectives around the gap are alike (a run of identical TP all-reduces) the gap may really
+    be earlier; the first position where the nodes' names and microbatches stop agreeing (and
+    the rest lines up) is the better answer.
     """
     short, long_ = (seq, ref) if len(seq.keys) < len(ref.keys) else (ref, seq)
     for j in range(min(k, len(short.keys))):
-        if short.nodes[short.indices[j]].name != long_.nodes[long_.indices[j]].name:
-            if short.keys[j:] == long_.keys[j + 1:]:
+        if _label(short, j) != _label(long_, j):
+            if short.keys[j:] == long_.keys[j + gap:]:
                 return j
             break
     return k
+
+
+def _label(s: _Seq, i: int) -> tuple:
+    node = s.nodes[s.indices[i]]
+    return node.name, node.microbatch

@@ -3,11 +3,15 @@
 Exit codes: 0 no errors, 1 errors found, 2 unusable input (raised as InputError for the CLI).
 A Chrome trace (`.json` / `.json.gz` with `traceEvents`, or a bare event array) is checked
 against Perfetto's import rules; anything else is read into the model and checked there.
+A Chrome trace with NaN or Infinity is not strict JSON (Perfetto rejects it): that is finding
+E080, and the other rules are checked on what a lenient parser reads; a file no JSON parser
+reads is unusable input.
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 import sys
 import time
 import zlib
@@ -15,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from ..diagnostics import Diagnostics, InputError, UsageError
+from ..diagnostics import Diagnostics, InputError, UsageError, at
 from ..model import ExecutionTrace, Group
 from ..options import Options
 from .findings import Finding, Report
@@ -80,18 +84,21 @@ def chrome_report(paths: list[Path]) -> Report:
     findings: list[Finding] = []
     pids: set = set()
     for path in paths:
-        obj = _load_json(path)
+        obj, not_strict = _load_json(path)
+        if not_strict is not None:
+            findings.append(not_strict)
         events = obj.get("traceEvents", []) if isinstance(obj, dict) else obj
         if isinstance(events, list):
-            pids.update(e.get("pid") for e in events if isinstance(e, dict) and e.get("ph") == "X")
+            pids.update(e.get("pid") for e in events if isinstance(e, dict) and isinstance(e.get("pid"), (int, str)))
         for line in check_chrome_trace(obj, None):
             rule, _, what = line.partition(": ")
             code = CHROME_CODES.get(rule, "E089")
             findings.append(Finding(code, "chrome", what or line, source=path.name))
-    return Report(findings, ["chrome"], len(pids - {None}), time.perf_counter() - started)
+    return Report(findings, ["chrome"], len(pids), time.perf_counter() - started, unit="process")
 
 
-def _load_json(path: Path):
+def _load_json(path: Path) -> tuple[object, Finding | None]:
+    """The parsed trace, and an E080 finding when only a lenient parser (NaN, Infinity) reads it."""
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -102,9 +109,17 @@ def _load_json(path: Path):
         except (OSError, EOFError, zlib.error) as e:
             raise InputError(str(path), f"broken gzip data: {e}") from None
     try:
-        return orjson.loads(data)
+        return orjson.loads(data), None
     except orjson.JSONDecodeError as e:
-        raise InputError(str(path), f"not strict JSON (Perfetto rejects NaN, Infinity and trailing commas): {e}") from None
+        strict = e  # kept past the except block, which unbinds `e`
+    try:
+        lenient = json.loads(data)
+    except (ValueError, RecursionError):
+        raise InputError(at(str(path), strict.lineno),
+                         f"not JSON (Perfetto rejects NaN, Infinity and trailing commas): {strict}") from None
+    return lenient, Finding("E080", "chrome", f"a strict parser stops at line {strict.lineno} column {strict.colno}: "
+                                              f"{strict.msg} (NaN or Infinity?); Perfetto rejects the file",
+                            source=at(path.name, strict.lineno))
 
 
 def apply_group_file(trace: ExecutionTrace, path: Path) -> None:

@@ -49,12 +49,23 @@ class Context:
     shared: list[SharedList]
     world: list[int]  # the ranks present, sorted
     expected: list[int]  # every rank the job has (world size, group members, gaps in the numbering)
-    partial_ok: bool  # logs may hold only some ranks of a job: absent ranks are not an error
+    # The ranks the input's source held when it may hold only some ranks of a job (logs, and
+    # Chakra sets converted from logs); None when the source should hold every rank.
+    source_ranks: frozenset[int] | None
 
     @property
     def missing(self) -> list[int]:
         present = set(self.world)
         return [r for r in self.expected if r not in present]
+
+    def never_held(self, rank_id: int) -> bool:
+        """True for a rank the source never had: its absence is not a fault of the input."""
+        return self.source_ranks is not None and rank_id not in self.source_ranks
+
+    @property
+    def absent_by_design(self) -> list[int]:
+        """Missing ranks the source never had (a log of some ranks), as opposed to lost ones."""
+        return [r for r in self.missing if self.never_held(r)]
 
     def find(self, code: str, check: str, message: str, *, ranks=(), node: Node | None = None,
              group=None, microbatch: int | None = None, source: str | None = None,
@@ -111,18 +122,56 @@ def build_context(trace: ExecutionTrace, options: Options) -> Context:
         expected.update(range(trace.parallel.world))
     for group in trace.groups.values():
         expected.update(group.members)
-    partial_ok = origin_format(trace) in LOG_FORMATS
-    return Context(trace, options, shared, present, sorted(expected), partial_ok)
+    return Context(trace, options, shared, present, sorted(expected), held_ranks(trace))
 
 
 def origin_format(trace: ExecutionTrace) -> str:
     """The format the data first came in: a Chakra set we wrote records it in its metadata."""
     if trace.source.format in SIMULATOR_FORMATS:
-        for rank in trace.sorted_ranks()[:1]:
-            for attr in (rank.wire_metadata or ("", []))[1]:
-                if attr.name == "source.format" and isinstance(attr.value, str):
-                    return attr.value
+        recorded = recorded_metadata(trace, "source.format")
+        if isinstance(recorded, str):
+            return recorded
     return trace.source.format
+
+
+def held_ranks(trace: ExecutionTrace) -> frozenset[int] | None:
+    """The ranks the source held, when it is a log that may hold only some ranks of a job.
+
+    A log holds what it holds. A Chakra set converted from logs records the logged ranks in
+    `source.ranks`: a rank missing from the set but not from that record was lost on the way
+    (a deleted file), which a simulator stalls on. Sets written before that record existed
+    cannot tell, and are taken to hold what their source held.
+    """
+    if origin_format(trace) not in LOG_FORMATS:
+        return None
+    present = frozenset(trace.ranks)
+    if trace.source.format not in SIMULATOR_FORMATS:
+        return present
+    recorded = recorded_metadata(trace, "source.ranks")
+    held = parse_rank_ranges(recorded) if isinstance(recorded, str) else None
+    return present if held is None else held
+
+
+def recorded_metadata(trace: ExecutionTrace, name: str):
+    """An attribute of the first rank's GlobalMetadata (our writer gives every rank the same)."""
+    for rank in trace.sorted_ranks()[:1]:
+        for attr in (rank.wire_metadata or ("", []))[1]:
+            if attr.name == name:
+                return attr.value
+    return None
+
+
+def parse_rank_ranges(text: str) -> frozenset[int] | None:
+    """`0-4,6,7` -> those ranks; None when the text is not such a list."""
+    ranks: set[int] = set()
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+        if match is None:
+            return None
+        first = int(match.group(1))
+        last = int(match.group(2) or first)
+        ranks.update(range(first, last + 1))
+    return frozenset(ranks)
 
 
 def _index_comm(entry: SharedList) -> None:

@@ -1,8 +1,9 @@
 """Deadlock dry run: run the scheduler on the whole set and explain where it stalls.
 
 The scheduler raises `Deadlock` with the wait-for chain (rank → node → waiting for rank →
-node); that chain is the finding. Logs that hold only some ranks of a job cannot be run:
-absent peers never send, so the dry run is skipped for them.
+node); that chain is the finding. Logs that hold only some ranks of a job (and Chakra sets
+made from them) cannot be run: absent peers never send, so the dry run is skipped for them.
+A set that lost a rank its source had is run: the stall is the point.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ CHECK = "deadlock"
 
 
 def check_deadlock(ctx: Context) -> list[Finding] | None:
-    if not ctx.trace.ranks or (ctx.partial_ok and ctx.missing):
+    if not ctx.trace.ranks or ctx.absent_by_design:
         return None
     try:
         from ..scheduler import schedule

@@ -123,8 +123,9 @@ class Report:
 
     findings: list[Finding]
     checks: list[str]  # names of the checks that ran, in order
-    ranks: int
+    ranks: int  # how many ranks were checked (processes, for a Chrome trace)
     seconds: float
+    unit: str = "rank"  # what `ranks` counts: "rank", or "process" for a Chrome trace's pids
 
     def counts(self) -> dict[str, int]:
         counts = {ERROR: 0, WARNING: 0, INFO: 0}
@@ -142,7 +143,7 @@ class Report:
         if c[INFO]:
             parts.append(_plural(c[INFO], "note"))
         return (
-            f"validate: {', '.join(parts)} · {_plural(self.ranks, 'rank')} · "
+            f"validate: {', '.join(parts)} · {_plural(self.ranks, self.unit)} · "
             f"{_plural(len(self.checks), 'check')} · {self.seconds:.1f} s"
         )
 
@@ -178,7 +179,7 @@ class Report:
         document = {
             "summary": {
                 "errors": c[ERROR], "warnings": c[WARNING], "notes": c[INFO],
-                "ranks": self.ranks, "checks": self.checks, "seconds": round(self.seconds, 3),
+                _plural_word(self.unit): self.ranks, "checks": self.checks, "seconds": round(self.seconds, 3),
                 "by_check": {name: len(found) for name, found in self.by_check().items()},
                 "not_shown": hidden,
             },
@@ -188,4 +189,8 @@ class Report:
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    return f"{n} {word}" if n == 1 else f"{n} {_plural_word(word)}"
+
+
+def _plural_word(word: str) -> str:
+    return word + ("es" if word.endswith("s") else "s")

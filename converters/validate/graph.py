@@ -49,7 +49,7 @@ def _check_list(ctx: Context, shared: SharedList) -> list[Finding]:
     rank = shared.ranks[0]
     ranks = shared.rank_ids
     who = shared.who()
-    findings: list[Finding] = []
+    findings: list[Finding] = _edges_only_in_ctrl_deps(ctx, shared)
 
     index: dict[int, int] = {}
     duplicates: list[int] = []
@@ -98,6 +98,23 @@ def _check_list(ctx: Context, shared: SharedList) -> list[Finding]:
         return findings
     findings.extend(_blocked_work(ctx, shared, index, {i for i, _ in missing}, set(self_deps)))
     return findings
+
+
+def _edges_only_in_ctrl_deps(ctx: Context, shared: SharedList) -> list[Finding]:
+    """Ordering edges that only `ctrl_deps` holds: ASTRA-sim's old feeder ignores `ctrl_deps`
+    (FORMATS.md §1), so such a node may start before the nodes it waits for there."""
+    offenders = [node for node in shared.nodes if node.ctrl_deps and not set(node.ctrl_deps) <= set(node.deps)]
+    if not offenders:
+        return []
+    first = offenders[0]
+    edges = [d for d in first.ctrl_deps if d not in first.deps]
+    shown = ", ".join(map(str, edges[:3])) + (" ..." if len(edges) > 3 else "")
+    return [ctx.find(
+        "W006", CHECK,
+        f"{shared.who()}: node {first.id} waits for node{'s' if len(edges) > 1 else ''} {shown} only through ctrl_deps, "
+        f"which ASTRA-sim's old feeder ignores{_more(len(offenders))}; `et-convert SET --from chakra --to chakra` "
+        "rewrites them into data_deps",
+        ranks=shared.rank_ids, node=first, rank=shared.ranks[0])]
 
 
 def _blocked_work(ctx: Context, shared: SharedList, index: dict[int, int],

@@ -44,7 +44,8 @@ def check_groups(ctx: Context) -> list[Finding]:
         group = trace.groups.get(gid)
         nodes = "1 node" if count == 1 else f"{count} nodes"
         if group is None:
-            where = "the group file does not define it" if trace.groups else "there is no comm_group.json"
+            where = ("the group file does not define it" if trace.groups else
+                     "there is no comm_group.json beside the set (name one with `et-convert validate --groups FILE`)")
             findings.append(ctx.find(
                 "E020", "groups",
                 f"{rank_words(ranks)} communicate{'s' if len(ranks) == 1 else ''} in pg_name {gid} ({nodes}), but {where}",
@@ -93,27 +94,36 @@ def check_rank_set(ctx: Context) -> list[Finding]:
     missing = ctx.missing
     if not missing:
         return []
-    present = ctx.world
-    if ctx.partial_ok:
-        if ctx.trace.source.format in SIMULATOR_FORMATS:
-            return [ctx.find(
-                "W025", "rank-set",
-                f"the set holds {rank_words(present)} of {len(ctx.expected)} (converted from a log of only these); "
-                "a simulator would wait forever for the absent ranks' messages and collectives")]
-        return [ctx.find(
-            "I024", "rank-set",
-            f"the input holds {rank_words(present)} of {len(ctx.expected)}; cross-rank checks cover only these")]
+    findings: list[Finding] = []
+    if ctx.absent_by_design:
+        findings.append(_partial_source(ctx))
     member_of: dict[int, list[str]] = {}
     for group in ctx.trace.groups.values():
         for r in group.members:
             if r not in ctx.trace.ranks:
                 member_of.setdefault(r, []).append(group.label)
-    findings: list[Finding] = []
     for r in missing:
+        if ctx.never_held(r):
+            continue
         name = ctx.rank_file(r)
         what = f"rank {r} is missing" + (f" (no {name})" if name else "")
         groups = member_of.get(r, [])
         waits = f"; {', '.join(groups[:4])}{' ...' if len(groups) > 4 else ''} would wait for it" if groups else ""
         findings.append(ctx.find(
-            "E023", "rank-set", f"{what}; present: {format_ranks(present)}{waits}", ranks=[r]))
+            "E023", "rank-set", f"{what}; present: {format_ranks(ctx.world)}{waits}", ranks=[r]))
     return findings
+
+
+def _partial_source(ctx: Context) -> Finding:
+    """The note (for a log) or warning (for a Chakra set made from one) that the source held only some ranks."""
+    present = ctx.world
+    if ctx.trace.source.format in SIMULATOR_FORMATS:
+        held = sorted(ctx.source_ranks or ())
+        source = "only these" if held == present else f"only {rank_words(held)}"
+        return ctx.find(
+            "W025", "rank-set",
+            f"the set holds {rank_words(present)} of {len(ctx.expected)} (converted from a log of {source}); "
+            "a simulator would wait forever for the absent ranks' messages and collectives")
+    return ctx.find(
+        "I024", "rank-set",
+        f"the input holds {rank_words(present)} of {len(ctx.expected)}; cross-rank checks cover only these")

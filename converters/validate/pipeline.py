@@ -69,7 +69,7 @@ def _check_stage(ctx: Context, shared: SharedList, iteration: int, ops: dict[str
         ids = [m for m, _ in seen]
         missing = [m for m in range(want) if m not in ids]
         extra = sorted({m for m in ids if m >= want or m < 0 or ids.count(m) > 1})
-        node = seen[0][1] if seen else None
+        node = seen[0][1] if seen else _step_of(ops, op, missing)
         if len(seen) != want:
             detail = f"; microbatch {_list(missing)} ha{'s' if len(missing) == 1 else 've'} none" if missing and len(seen) < want else ""
             more = f"; unexpected microbatch {_list(extra)}" if extra else ""
@@ -119,6 +119,15 @@ def _first_missing_neighbour(seen: list, missing: list[int]):
         return None
     before = [node for m, node in seen if m < missing[0]]
     return before[-1] if before else seen[0][1]
+
+
+def _step_of(ops: dict[str, list], op: str, missing: list[int]):
+    """When no `op` is left to point at: the step of the first missing microbatch that the
+    send or receive belongs to (forward_step for `*_forward`), so the finding has a line."""
+    if not missing:
+        return None
+    step = "forward_step" if "forward" in op else "backward_step"
+    return next((node for m, node in ops.get(step, []) if m == missing[0]), None)
 
 
 def _step(step: tuple[str, int]) -> str:

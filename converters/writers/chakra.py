@@ -33,6 +33,7 @@ from ..diagnostics import Diagnostics
 from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
 from ..options import Options
 from .atomic import atomic_set
+from .layout_chrome import compact_ranks
 
 SCHEMA_VERSION = "0.0.4"
 
@@ -444,6 +445,9 @@ def common_metadata_attrs(trace: ExecutionTrace) -> list[WireAttr]:
         WireAttr("source.format", "string_val", trace.source.format),
         WireAttr("source.files", "string_list", file_names(trace.source.files)),
         WireAttr("source.sha256", "string_val", trace.source.sha256),
+        # The ranks the source held ("0-4,6,7"): a log may record only some ranks of a job, and
+        # the validator must tell those apart from a rank file later lost from the set.
+        WireAttr("source.ranks", "string_val", compact_ranks(trace.ranks)),
     ]
     for key, value in trace.units.items():
         attrs.append(WireAttr(f"units.{key}", "string_val", str(value)))
