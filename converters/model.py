@@ -191,7 +191,7 @@ class ExecutionTrace:
     parallel: Parallel = field(default_factory=Parallel)
     source: SourceInfo = field(default_factory=SourceInfo)
     units: dict[str, str] = field(default_factory=dict)  # what the input's numbers meant
-    timing: str = "none"  # "measured" (node.start_ns set), "scheduled", or "none"
+    timing: str = "none"  # "measured" or "modelled" (node.start_ns set), "scheduled", or "none"
     time_origin_ns: int = 0  # absolute time of the input subtracted from measured times
     assumptions: list[str] = field(default_factory=list)  # plain sentences
     metadata: dict[str, Any] = field(default_factory=dict)  # anything else worth keeping

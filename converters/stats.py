@@ -3,7 +3,9 @@
 Text: the iteration time, a per-rank table (ranks with the same numbers share one row),
 traffic per group kind and the critical path's top contributors. `--json`: one object with
 `iteration_time_ns`, `timing`, `ranks` {"<rank>": {finish_ns, compute_ns, exposed_comm_ns,
-idle_ns}}, `comm`, `critical_path` and, when scheduled, `network`.
+idle_ns}}, `comm`, `critical_path`, when scheduled `network`, and when modelled from a log
+that also measured the iteration `measured` {ns, what, source, gap_ns}: the model's iteration
+is only as good as that gap says, so the two are printed side by side.
 """
 
 from __future__ import annotations
@@ -49,7 +51,23 @@ def stats_of(trace, timeline) -> dict[str, Any]:
     }
     if timeline.kind == "scheduled":
         out["network"] = timeline.parameters
+    reference = measured_reference(trace, timeline)
+    if reference is not None:
+        out["measured"] = reference
     return out
+
+
+def measured_reference(trace, timeline) -> dict[str, Any] | None:
+    """What the input measured for the iteration a modelled timeline predicts, and the gap.
+
+    A builder that models times (timing "modelled") sets `trace.metadata["measured_iteration"]`
+    = {"ns", "what", "source"} when its input also timed the whole iteration (OptimusPrime's
+    ms/batch). `gap_ns` is measured minus modelled: what the model leaves out.
+    """
+    measured = trace.metadata.get("measured_iteration")
+    if timeline.kind != "modelled" or not measured:
+        return None
+    return {**measured, "gap_ns": measured["ns"] - timeline.end_ns}
 
 
 def measured_summary(trace, timeline) -> dict[str, Any]:
@@ -86,29 +104,42 @@ def measured_summary(trace, timeline) -> dict[str, Any]:
 
 
 def render(stats: dict[str, Any]) -> str:
-    lines = [
-        f"iteration time  {_ms(stats['iteration_time_ns'])}  ({stats['timing']}, {stats['world']} ranks)",
+    lines = [f"iteration time  {format_ms(stats['iteration_time_ns'])}  ({stats['timing']}, {stats['world']} ranks)"]
+    if stats.get("measured"):
+        lines.append(_measured_line(stats["measured"]))
+    lines += [
         "",
         f"{'ranks':<24}{'finish':>14}{'compute':>14}{'exposed comm':>14}{'idle':>14}",
     ]
     for label, row in _grouped_rows(stats["ranks"]):
-        lines.append(f"{label:<24}" + "".join(f"{_ms(row[f]):>14}" for f in _FIELDS))
+        lines.append(f"{label:<24}" + "".join(f"{format_ms(row[f]):>14}" for f in _FIELDS))
     if stats["comm"]:
         lines += ["", f"{'traffic by group':<24}{'ops':>14}{'bytes':>14}{'busy (all ranks)':>18}"]
         for kind, row in stats["comm"].items():
-            lines.append(f"{kind:<24}{row['ops']:>14}{_bytes(row['bytes']):>14}{_ms(row['busy_ns']):>18}")
+            lines.append(f"{kind:<24}{row['ops']:>14}{_bytes(row['bytes']):>14}{format_ms(row['busy_ns']):>18}")
     path = stats.get("critical_path") or {}
     if path.get("top"):
-        by_cat = ", ".join(f"{k} {_ms(v)}" for k, v in path.get("by_category", {}).items())
-        lines += ["", f"critical path  {_ms(path['length_ns'])} over {path['nodes']} nodes: {by_cat}"]
+        by_cat = ", ".join(f"{k} {format_ms(v)}" for k, v in path.get("by_category", {}).items())
+        lines += ["", f"critical path  {format_ms(path['length_ns'])} over {path['nodes']} nodes: {by_cat}"]
         for item in path["top"]:
-            lines.append(f"  {_ms(item['ns']):>12}  {item['category']:<8} {item['name']}" + (f"  x{item['count']}" if item["count"] > 1 else ""))
+            lines.append(f"  {format_ms(item['ns']):>12}  {item['category']:<8} {item['name']}" + (f"  x{item['count']}" if item["count"] > 1 else ""))
     network = stats.get("network")
     if network:
         d = network["default"]
         lines += ["", f"network ({network['source']}): default {d['bandwidth_gbps']:g} GB/s, {d['latency_ns']:g} ns/step, "
                   f"{d['chunks']} chunk(s), {d['algorithm']}"]
     return "\n".join(lines) + "\n"
+
+
+def _measured_line(measured: dict[str, Any]) -> str:
+    """`measured        1613.340 ms  (ms/batch of step 5, log:492); the model leaves out 889.680 ms (55.1 %)`."""
+    gap = measured["gap_ns"]
+    if gap >= 0:
+        share = f" ({100 * gap / measured['ns']:.1f} %)" if measured["ns"] else ""
+        verdict = f"the model leaves out {format_ms(gap)}{share}"
+    else:
+        verdict = f"the model is {format_ms(-gap)} longer"
+    return f"{'measured':<14}  {format_ms(measured['ns'])}  ({measured['what']}, {measured['source']}); {verdict}"
 
 
 def _grouped_rows(ranks: dict[str, dict[str, int]]) -> list[tuple[str, dict[str, int]]]:
@@ -127,7 +158,8 @@ def _grouped_rows(ranks: dict[str, dict[str, int]]) -> list[tuple[str, dict[str,
     return out
 
 
-def _ms(ns: int) -> str:
+def format_ms(ns: int) -> str:
+    """`723.660 ms`, `12.500 µs`, `40 ns`: the unit that keeps 3 decimals readable."""
     if ns >= 1_000_000:
         return f"{ns / 1e6:.3f} ms"
     if ns >= 1_000:

@@ -10,6 +10,7 @@ import converters as etc
 from conftest import SAMPLES
 from converters.diagnostics import Diagnostics, InputError
 from converters.model import CollType, NodeKind
+from converters.validate import run_checks
 from helpers.megatron_synth import chain, drop_op, replace_in_op, run_lines, write_run
 
 RANK4 = SAMPLES / "megatron_rank4_pp_tp2.log"
@@ -32,11 +33,11 @@ def end(node):
 # ---------------------------------------------------------------- the real single-rank sample
 
 def test_rank4_sample_converts_through_auto_detection():
-    try:
-        trace = etc.read(RANK4)
-    except ModuleNotFoundError as missing:  # another format's reader not written yet
-        pytest.skip(f"format detection needs {missing.name}")
+    diagnostics = Diagnostics()
+    trace = etc.read(RANK4, diagnostics=diagnostics)
     assert trace.source.format == "megatron-log"
+    assert list(trace.ranks) == [4]
+    assert diagnostics.messages() == []  # its stage and TP sub-operations pin the layout: nothing guessed aloud
 
 
 def test_rank4_sample_model():
@@ -167,8 +168,8 @@ def test_moe_scaling_sample():
     assert trace.timing == "measured" and min(n.start_ns for n in rank.nodes) == 0
     assert [m for m in diagnostics.messages() if "scaling-mode" in m] == [
         f"{MOE}:1: scaling-mode log (description=simulation): ranks ran one after another, so communication "
-        "times are not measurements and ranks' timestamps are not on one timeline; use --retime to re-time "
-        "it with the scheduler"
+        "times are not measurements and ranks' timestamps are not on one timeline; to re-time it with the "
+        "scheduler (--retime), give the logs of every rank (missing ranks 0, 1)"
     ]
     colls = Counter((n.coll, trace.group_kind(n.group)) for n in rank.nodes if n.kind == NodeKind.COLLECTIVE)
     assert colls == {
@@ -188,12 +189,42 @@ def test_scaling_retime_hands_timing_to_the_scheduler(tmp_path):
     assert "missing ranks 0, 1" in str(caught.value)
 
 
+def test_complete_scaling_set_suggests_retime(tmp_path):
+    write_run(tmp_path, stages=2, tp=2, microbatches=2, scaling=True)
+    diagnostics = Diagnostics()
+    read(tmp_path, diagnostics)
+    assert [m for m in diagnostics.messages() if "scaling-mode" in m] == [
+        f"{tmp_path / 'rank0.log'}:1: scaling-mode log (description=simulation): ranks ran one after another, so "
+        "communication times are not measurements and ranks' timestamps are not on one timeline; use --retime to "
+        "re-time it with the scheduler"
+    ]
+
+
 def test_scaling_mode_ranks_each_start_at_zero(tmp_path):
+    lines = run_lines(stages=2, tp=1, microbatches=2, scaling=True)
     write_run(tmp_path, stages=2, tp=1, microbatches=2, scaling=True)
     trace = read(tmp_path)
-    for rank in trace.ranks.values():
+    first_start = {r: _log_start_ns(ls[0]) for r, ls in lines.items()}
+    last_end = {r: _log_end_ns(ls[-1]) for r, ls in lines.items()}
+    assert first_start[1] > last_end[0]  # the helper ran rank 1 after rank 0: one shared origin would show that
+    assert trace.metadata["rank_time_origins_ns"] == {"0": first_start[0], "1": first_start[1]}
+    for r, rank in trace.ranks.items():
         assert min(n.start_ns for n in rank.nodes) == 0
+        assert max(end(n) for n in rank.nodes) == last_end[r] - first_start[r]
     assert "wait_ns" not in str([n.args for r in trace.ranks.values() for n in r.nodes])
+
+
+def _log_field_ns(line: str, key: str) -> int:
+    value = line.split(f",{key}=", 1)[1].split(",", 1)[0]
+    return round(float(value) * MS)
+
+
+def _log_start_ns(line: str) -> int:
+    return _log_field_ns(line, "timestamp") - _log_field_ns(line, "duration")
+
+
+def _log_end_ns(line: str) -> int:
+    return _log_field_ns(line, "timestamp")
 
 
 # ---------------------------------------------------------------- the synthetic 1F1B run
@@ -360,3 +391,79 @@ def test_data_parallel_groups_stride_tp(tmp_path):
     assert dp_groups == [(0, 2), (1, 3), (4, 6), (5, 7)]
     send = next(n for n in trace.ranks[2].nodes if n.kind == NodeKind.SEND)
     assert send.peer == 6  # same (tp, dp) on the next stage
+
+
+# ---------------------------------------------------------------- layout from some ranks' logs
+
+@pytest.fixture(scope="module")
+def tp2_run(tmp_path_factory):
+    """A 4-stage TP=2 run of 4 microbatches: rank r of stage r // 2."""
+    directory = tmp_path_factory.mktemp("tp2")
+    write_run(directory, stages=4, tp=2, microbatches=4)
+    return directory
+
+
+def layout_of(trace):
+    p = trace.parallel
+    return p.world, p.tp, p.dp, p.pp
+
+
+def test_lone_first_rank_of_tp_run_gets_tp_from_its_sub_operations(tp2_run):
+    diagnostics = Diagnostics()
+    trace = read(tp2_run / "rank0.log", diagnostics)
+    assert layout_of(trace) == (8, 2, 1, 4)  # pp 4 from 1F1B: 4 forwards before its first backward
+    rank = trace.ranks[0]
+    sends = {n.peer for n in rank.nodes if n.kind == NodeKind.SEND}
+    assert sends == {2}  # the same TP position on stage 1
+    tp_groups = {trace.groups[n.group].members for n in rank.nodes if n.parent is not None}
+    assert tp_groups == {(0, 1)}
+    embedding = {trace.groups[n.group].members for n in rank.nodes if n.name == "ep_allreduce"}
+    assert embedding == {(0, 6)}
+    assert diagnostics.messages() == [
+        f"{tp2_run / 'rank0.log'}: layout guessed as tp=2, dp=1, pp=4: the ranks given only show tp*dp >= 2; "
+        "pp could be more than 4 (no rank of the last stage is given); give --tp/--dp/--pp to state it"
+    ]
+
+
+def test_lone_middle_rank_gets_pp_from_its_warmup(tp2_run):
+    diagnostics = Diagnostics()
+    trace = read(tp2_run / "rank2.log", diagnostics)
+    assert layout_of(trace) == (8, 2, 1, 4)  # 3 forwards before the first backward of 4: pp = 1 + 3
+    assert {n.peer for n in trace.ranks[2].nodes if n.kind == NodeKind.SEND} == {0, 4}
+    assert diagnostics.messages() == []  # stage 1 pins tp*dp = 2 and the warmup pins pp
+    assert [f.code for f in run_checks(trace) if f.code.startswith(("W05", "E05"))] == []
+
+
+def test_lone_first_rank_passes_the_1f1b_check(tp2_run):
+    trace = read(tp2_run / "rank0.log")
+    assert [f.code for f in run_checks(trace) if f.code.startswith(("W05", "E05"))] == []
+
+
+def test_stated_layout_is_not_warned_about(tp2_run):
+    diagnostics = Diagnostics()
+    trace = read(tp2_run / "rank0.log", diagnostics, tp=2, dp=1, pp=4)
+    assert layout_of(trace) == (8, 2, 1, 4)
+    assert diagnostics.messages() == []
+
+
+def test_ambiguous_split_of_tp_and_dp_is_warned_about(tmp_path):
+    write_run(tmp_path, stages=2, tp=4, microbatches=2)
+    diagnostics = Diagnostics()
+    trace = read(tmp_path, diagnostics)
+    assert layout_of(trace) == (8, 2, 2, 2)  # the smallest tp the sub-operations allow
+    assert diagnostics.messages() == [
+        f"{tmp_path / 'rank0.log'}: layout guessed as tp=2, dp=2, pp=2: tp*dp = 4 could also be tp=4, dp=1; "
+        "give --tp/--dp/--pp to state it"
+    ]
+    assert any(a.startswith("layout tp=2, dp=2, pp=2, ep=1: tp, dp, pp inferred") for a in trace.assumptions)
+    stated = Diagnostics()
+    trace = read(tmp_path, stated, tp=4)
+    assert layout_of(trace) == (8, 4, 1, 2)
+    assert {trace.groups[n.group].members for n in trace.ranks[0].nodes if n.parent is not None} == {(0, 1, 2, 3)}
+    assert stated.messages() == []
+
+
+def test_complete_tp2_run_is_not_warned_about(tp2_run):
+    diagnostics = Diagnostics()
+    assert layout_of(read(tp2_run, diagnostics)) == (8, 2, 1, 4)
+    assert diagnostics.messages() == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 
 import pytest
 
@@ -35,6 +35,31 @@ def test_synthetic_run_to_chrome_has_one_flow_per_pair_and_per_collective_instan
     assert ends == {2: len(flows)}  # every flow joins exactly two slices (pairs, two-member groups)
     pids = Counter(e["pid"] for e in events if e.get("ph") == "X")
     assert sorted(pids) == list(range(1, 9))
+
+
+def test_p2p_flows_join_the_matching_send_and_receive(run_dir, tmp_path):
+    out = tmp_path / "run.json"
+    assert run_cli(run_dir, "-o", out).code == 0
+    slices = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "X"]
+    ends = defaultdict(list)
+    for e in slices:
+        if "bind_id" in e:
+            ends[e["bind_id"]].append(e)
+    p2p = [pair for pair in ends.values() if all("tag" in e["args"] for e in pair)]
+    assert len(p2p) == 2 * 3 * 4 * 2
+    for pair in p2p:
+        send, recv = sorted(pair, key=lambda e: not e["name"].startswith("send"))
+        assert send["name"].startswith("send_") and recv["name"].startswith("recv_")
+        assert send["args"]["tag"] == recv["args"]["tag"]
+        assert send["args"]["microbatch"] == recv["args"]["microbatch"]
+        assert (send["args"]["peer"], recv["args"]["peer"]) == (recv["pid"] - 1, send["pid"] - 1)
+        first, second = sorted(pair, key=lambda e: (e["ts"], e["pid"]))
+        assert first.get("flow_out") and second.get("flow_in")
+    # one pair in full: rank 2 (stage 1) sends microbatch 1's activations to rank 4 (stage 2)
+    send = next(e for e in slices if e["pid"] == 3 and e["name"].startswith("send_forward mb1"))
+    [recv] = [e for e in ends[send["bind_id"]] if e is not send]
+    assert (recv["pid"], recv["name"].split(" ")[:2], recv["tid"] // 1000) == (5, ["recv_forward", "mb1"], 5)
+    assert recv["ts"] + recv["dur"] >= send["ts"]  # the receive waited for this send
 
 
 def test_synthetic_run_to_chakra_pairs_every_send(run_dir, tmp_path):
@@ -99,6 +124,23 @@ def test_garbled_line_is_one_error_line(tmp_path):
     assert result.stderr == (
         f"et-convert: error: {log}:3: cannot parse sub_operations: expected a list of quoted 'key=value,...' strings\n"
     )
+
+
+def test_scaling_mode_draws_no_arrows_between_ranks(tmp_path):
+    write_run(tmp_path / "logs", stages=2, tp=2, microbatches=2, scaling=True)
+    out = tmp_path / "scaling.json"
+    result = run_cli(tmp_path / "logs", "-o", out)
+    assert result.code == 0, result.stderr
+    trace = json.loads(out.read_text())
+    assert [e for e in trace["traceEvents"] if "bind_id" in e] == []
+    assert trace["metadata"]["flows"] == "none drawn: each rank was timed on its own clock (scaling-mode log)"
+    sends = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("send_")]
+    assert len(sends) == 2 * 2 * 2 and all("peer" in e["args"] for e in sends)  # the pairing stays in the args
+    again = tmp_path / "retimed.json"
+    assert run_cli(tmp_path / "logs", "--retime", "-o", again).code == 0
+    retimed = json.loads(again.read_text())
+    assert "flows" not in retimed["metadata"]  # one scheduled clock: arrows are back
+    assert len({e["bind_id"] for e in retimed["traceEvents"] if "bind_id" in e}) > 0
 
 
 def test_scaling_mode_retime(tmp_path):

@@ -100,6 +100,15 @@ def test_garbled_line_names_file_and_line(tmp_path):
 def test_bad_sub_operations(tmp_path):
     path = write(tmp_path, GOOD.replace("sub_operations=[]", "sub_operations=[__import__('os')]"))
     assert error_of(path) == f"{path}:1: cannot parse sub_operations: expected a list of quoted 'key=value,...' strings"
+    # Expressions that eval would turn into valid sub-operations: only literals are read
+    whole = "trace_src_func=allreduce,duration=0.3,timestamp=4509232419.5,group=tp,comm_func=allreduce"
+    path = write(tmp_path, GOOD.replace("sub_operations=[]", f"sub_operations=['{whole[:40]}' + '{whole[40:]}']"))
+    assert error_of(path) == f"{path}:1: cannot parse sub_operations: expected a list of quoted 'key=value,...' strings"
+    path = write(tmp_path, GOOD.replace("sub_operations=[]", f"sub_operations=[str('{whole}')]"))
+    assert error_of(path) == f"{path}:1: cannot parse sub_operations: expected a list of quoted 'key=value,...' strings"
+    path = write(tmp_path, GOOD.replace("sub_operations=[]", f"sub_operations=['{whole}']"))
+    [record] = read_file(path, Diagnostics())
+    assert [(sub.duration_ns, sub.group) for sub in record.sub_ops] == [(300_000, "tp")]  # the literal itself reads
     path = write(tmp_path, GOOD.replace("sub_operations=[]", "sub_operations=[1, 2]"))
     assert error_of(path) == f"{path}:1: cannot parse sub_operations: expected a list of quoted 'key=value,...' strings"
 

@@ -86,7 +86,7 @@ def test_each_rank_runs_one_thing_at_a_time_in_program_order(trace):
         for a, b in zip(rank.nodes, rank.nodes[1:]):
             assert b.deps == [a.id]
             assert b.start_ns == a.start_ns + a.duration_ns
-    assert trace.timing == "measured"
+    assert trace.timing == "modelled"  # placed by the model: never labelled measured
     assert "modelled" in trace.metadata["timing_note"]
 
 
@@ -125,3 +125,29 @@ def test_same_input_same_model():
     assert [(n.name, n.start_ns, n.duration_ns) for r in a.sorted_ranks() for n in r.nodes] == [
         (n.name, n.start_ns, n.duration_ns) for r in b.sorted_ranks() for n in r.nodes
     ]
+
+
+def test_assumptions_are_labelled_on_the_nodes_they_shape(trace):
+    nodes = [n for r in trace.sorted_ranks() for n in r.nodes]
+    assert {n.args["schedule"] for n in nodes} == {"1f1b (assumed: the log does not say which ran; --schedule)"}
+    backward = [n for n in nodes if n.kind == NodeKind.COMPUTE and n.args["pass"] == "backward"]
+    assert backward and {n.args["bwd_factor"] for n in backward} == {2.0}
+    assert not any("bwd_factor" in n.args for n in nodes if n.kind == NodeKind.COMPUTE and n.args["pass"] == "forward")
+    # getitem_3..5 are outputs of submod_0 (stage 0) that stages 1 to 7 use (special_nodes (1, 7)):
+    # stage 0 sends them, stages 1-6 relay them
+    relays = {}
+    for rank in trace.sorted_ranks():
+        for n in rank.nodes:
+            if n.kind == NodeKind.SEND and n.args["carries"] == "activations":
+                relays[rank.stage] = n.args.get("relayed")
+    assert relays[0] is None
+    assert {s: relays[s] for s in range(1, 7)} == {s: "getitem_3, getitem_4, getitem_5" for s in range(1, 7)}
+    send = next(n for n in trace.ranks[2].nodes if n.kind == NodeKind.SEND and n.args["carries"] == "activations")
+    assert send.args["relay_size_basis"] == (
+        "assumed: relayed values ride in this one transfer of the size above (their sizes are not in the log)"
+    )
+    assert any(a.startswith("values needed beyond the next stage (special_nodes) are relayed") for a in trace.assumptions)
+
+
+def test_measured_iteration_is_kept_for_stats_and_timelines(trace):
+    assert trace.metadata["measured_iteration"] == {"ns": 1_613_340_000, "what": "ms/batch of step 5", "source": f"{SAMPLE}:492"}

@@ -27,7 +27,9 @@ def test_chrome_timeline_with_labelled_model(tmp_path):
     assert waits and all("bind_id" not in e for e in waits)
     slices = [e for e in slices if not e["name"].startswith("waiting for rank")]
     per_pid = Counter(e["pid"] for e in slices)
-    assert per_pid == {1: 256, **{pid: 320 for pid in range(2, 9)}}  # stage 7 has 4 layers, no 2nd neighbour
+    # stage 7 has 4 layers, no 2nd neighbour; pid 9: the measured vs modelled iteration
+    assert per_pid == {1: 256, **{pid: 320 for pid in range(2, 9)}, 9: 3}
+    assert meta["timing"] == "modelled"
     flows = Counter(e["bind_id"] for e in slices if "bind_id" in e)
     assert len(flows) == 7 * 32 * 2 and set(flows.values()) == {2}
     backward = next(e for e in slices if e["name"] == "layer[0] bwd mb0")

@@ -85,7 +85,9 @@ def build(records: list[OpRecord], options: Options, diagnostics: Diagnostics, c
     """
     by_rank = _records_by_rank(records)
     readings = {name: subop_reading(recs) for name, recs in _records_by_file(records).items()}
-    layout, inferred = infer_layout(by_rank, options)
+    layout, inferred, doubts = infer_layout(by_rank, options)
+    if doubts:
+        _warn_layout_guess(layout, doubts, by_rank, diagnostics)
     trace = ExecutionTrace()
     trace.parallel = Parallel(
         world=layout.world, tp=layout.tp, dp=layout.dp, pp=layout.pp, ep=layout.ep,
@@ -96,7 +98,8 @@ def build(records: list[OpRecord], options: Options, diagnostics: Diagnostics, c
     if inferred:
         trace.assume(inferred)
     trace.assume("op timestamps are end times: start = timestamp - duration")
-    scaling = _scaling_mode(records, trace, options, diagnostics)
+    scaling_line = _scaling_mode(records, trace)
+    scaling = scaling_line is not None
     origins = _time_origins(by_rank, readings, scaling)
     trace.time_origin_ns = min(origins.values())
     if scaling:
@@ -118,6 +121,8 @@ def build(records: list[OpRecord], options: Options, diagnostics: Diagnostics, c
             "megatron-retime-ignored",
             "--retime applies only to scaling-mode logs (description=simulation); kept the measured times",
         )
+    if scaling:
+        _warn_scaling_mode(scaling_line, _missing_ranks(trace), options, diagnostics)
     if scaling and options.retime:
         _check_complete_for_retime(trace)
         trace.timing = "none"
@@ -192,23 +197,34 @@ def _record_readings(readings: dict[str, tuple[str, str]], trace: ExecutionTrace
         trace.assume(f"sub-operation timestamps read as {reading} times in {names} ({files[0][1]})")
 
 
-def _scaling_mode(records: list[OpRecord], trace: ExecutionTrace, options: Options, diagnostics: Diagnostics) -> bool:
+def _scaling_mode(records: list[OpRecord], trace: ExecutionTrace) -> OpRecord | None:
+    """The first line of a scaling-mode log (description=simulation), or None for a measured run."""
     first = next((r for r in records if r.description == "simulation"), None)
     if first is None:
-        return False
-    diagnostics.warn(
-        "megatron-scaling-mode",
-        f"{first.where}: scaling-mode log (description=simulation): ranks ran one after another, so "
-        "communication times are not measurements and ranks' timestamps are not on one timeline"
-        + ("" if options.retime else "; use --retime to re-time it with the scheduler"),
-    )
+        return None
     trace.metadata["scaling_mode"] = True
     trace.metadata["cross_rank_timing"] = "meaningless: ranks ran one after another on one GPU"
     trace.assume(
         "scaling-mode log: each rank keeps its own timeline starting at 0; communication durations "
         "are not measurements and cross-rank timing means nothing"
     )
-    return True
+    return first
+
+
+def _warn_scaling_mode(first: OpRecord, missing: list[int], options: Options, diagnostics: Diagnostics) -> None:
+    """Say what a scaling-mode log's times mean, and how to re-time it when that is possible."""
+    if options.retime:
+        advice = ""  # re-timed, or refused with an error naming the missing ranks
+    elif missing:
+        advice = (f"; to re-time it with the scheduler (--retime), give the logs of every rank "
+                  f"(missing ranks {_rank_list(missing)})")
+    else:
+        advice = "; use --retime to re-time it with the scheduler"
+    diagnostics.warn(
+        "megatron-scaling-mode",
+        f"{first.where}: scaling-mode log (description=simulation): ranks ran one after another, so "
+        "communication times are not measurements and ranks' timestamps are not on one timeline" + advice,
+    )
 
 
 def _time_origins(by_rank, readings, scaling: bool) -> dict[int, int]:
@@ -232,13 +248,15 @@ def _sub_start(sub: SubOp, reading: str) -> int:
 
 # ---------------------------------------------------------------- layout
 
-def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[Layout, str]:
+def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[Layout, str, list[str]]:
     """The rank layout, from options where given and from the logs otherwise.
 
     Megatron places ranks TP fastest: stage = rank // (tp·dp). The smallest tp·dp that puts
     every rank on its logged stage_id is used (the whole set of ranks when 0..N-1 are all
-    there); TP > 1 only when TP sub-operations appear, EP > 1 only when expert ones do.
-    Returns the layout and, when anything was inferred, a sentence saying so.
+    there); TP > 1 only when TP sub-operations appear, EP > 1 only when expert ones do; pp is
+    the fewest stages the pipeline ops and the 1F1B warmup allow.
+    Returns the layout, a sentence saying what was inferred (empty when nothing was), and the
+    doubts: what the ranks leave open that changes this set's peers or groups.
     """
     stages = {r: recs[0].stage for r, recs in by_rank.items()}
     first = {r: recs[0] for r, recs in by_rank.items()}
@@ -246,15 +264,18 @@ def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[
     subs = [sub for rec in ops for sub in rec.sub_ops]
     tp_seen = any(sub.group == "tp" for sub in subs)
     ep_seen = any(sub.group == "exp" for sub in subs) or any(rec.op == "exp_dp_allreduce" for rec in ops)
-    has_next = {r: any(rec.op in ("send_forward", "recv_backward") for rec in recs) for r, recs in by_rank.items()}
+    embedding_seen = any(rec.op == "ep_allreduce" for rec in ops) or any(sub.group == "ep" for sub in subs)
     for r, stage in stages.items():
         if stage < 0:
             raise InputError(first[r].where, f"stage_id must be at least 0, found {stage}")
         if r >= MAX_RANKS or stage >= MAX_RANKS:
             raise InputError(first[r].where, f"rank {r} / stage_id {stage} is beyond the {MAX_RANKS} ranks et-convert handles")
 
-    per_stage = _ranks_per_stage(stages, options)
-    if per_stage is None:
+    pp_floor, pp_pinned = _pipeline_floor(by_rank)
+    # TP sub-operations need tp > 1, so tp*dp at least 2 (2·dp when --dp is given)
+    minimum = (2 * (options.dp or 1)) if tp_seen and not options.tp else 1
+    found = _ranks_per_stage(stages, options, pp_floor, minimum)
+    if found is None:
         r = max(stages)
         given = " ".join(f"--{k} {getattr(options, k)}" for k in ("tp", "dp", "pp") if getattr(options, k))
         raise InputError(
@@ -262,6 +283,7 @@ def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[
             f"rank {r} logs stage_id {stages[r]}, which no layout{' with ' + given if given else ''} allows "
             "(Megatron order: stage = rank // (tp*dp))",
         )
+    per_stage, per_stage_pinned = found
     if options.tp:
         tp = options.tp
     elif options.dp:
@@ -270,43 +292,108 @@ def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[
         tp = _smallest_factor(per_stage) if tp_seen else 1
     dp = per_stage // tp
     ep = options.ep or (_smallest_factor(dp) if ep_seen else 1)
-    pp_floor = max(stage + (2 if has_next[r] else 1) for r, stage in stages.items())
     pp = options.pp or pp_floor
     for r, stage in stages.items():
         if stage >= pp:
             raise InputError(first[r].where, f"rank {r} logs stage_id {stage}, but --pp is {pp}")
     layout = Layout(tp=tp, dp=dp, pp=pp, ep=ep)
     layout.check()
+    doubts = []
+    if not (options.tp and options.dp) and not per_stage_pinned:
+        doubts.append(f"the ranks given only show tp*dp >= {per_stage}")
+    if tp_seen and not (options.tp or options.dp):
+        others = [f"tp={t}, dp={per_stage // t}" for t in _divisors(per_stage) if t > tp]
+        if others:
+            doubts.append(f"tp*dp = {per_stage} could also be {' or '.join(others)}")
+    if not options.pp and not pp_pinned and embedding_seen:  # pp names the embedding group's last stage
+        doubts.append(f"pp could be more than {pp} (no rank of the last stage is given)")
     guessed = [k for k in ("tp", "dp", "pp") if getattr(options, k) is None]
     if options.ep is None and ep_seen:
         guessed.append("ep")
     if not guessed:
-        return layout, ""
+        return layout, "", doubts
     return layout, (
         f"layout tp={tp}, dp={dp}, pp={pp}, ep={ep}: {', '.join(guessed)} inferred from the ranks' "
-        "stage_id (stage = rank // (tp*dp)), their sub-operations and pipeline ops; "
+        "stage_id (stage = rank // (tp*dp)), their sub-operations, pipeline ops and 1F1B warmup; "
         "give --tp/--dp/--pp/--ep to set them"
+    ), doubts
+
+
+def _warn_layout_guess(layout: Layout, doubts: list[str], by_rank, diagnostics: Diagnostics) -> None:
+    """Say on stderr which layout was guessed when the ranks allow others that change peers or groups."""
+    file = by_rank[min(by_rank)][0].file
+    expert = f", ep={layout.ep}" if layout.ep > 1 else ""
+    diagnostics.warn(
+        "megatron-layout-guess",
+        f"{file}: layout guessed as tp={layout.tp}, dp={layout.dp}, pp={layout.pp}{expert}: {'; '.join(doubts)}; "
+        f"give --tp/--dp/--pp{'/--ep' if expert else ''} to state it",
     )
 
 
-def _ranks_per_stage(stages: dict[int, int], options: Options) -> int | None:
-    """tp·dp: the given one, the whole set's when ranks 0..N-1 are all present, else the smallest that fits."""
+def _pipeline_floor(by_rank: dict[int, list[OpRecord]]) -> tuple[int, bool]:
+    """The fewest pipeline stages the ranks' ops allow, and whether some rank pins that number.
+
+    A rank that sends forward (or receives backward) has a next stage: pp >= s + 2; one with
+    neither is the last stage: pp = s + 1. 1F1B warms up with W = min(pp - s - 1, M) forwards
+    and runs one more forward before its first backward when W < M, so F forwards before the
+    first backward give pp >= s + F, exactly s + F when F < M.
+    """
+    floor, pinned = 1, False
+    for recs in by_rank.values():
+        stage = recs[0].stage
+        if any(rec.op in ("send_forward", "recv_backward") for rec in recs):
+            floor = max(floor, stage + 2)
+        else:
+            floor, pinned = max(floor, stage + 1), True
+        warmup = _forwards_before_first_backward(recs)
+        if warmup is not None:
+            forwards, microbatches = warmup
+            floor = max(floor, stage + forwards)
+            pinned = pinned or forwards < microbatches
+    return floor, pinned
+
+
+def _forwards_before_first_backward(records: list[OpRecord]) -> tuple[int, int] | None:
+    """(forwards before the first backward, forwards) of the first iteration; None without a backward."""
+    first_iteration = []
+    for record in records:
+        if record.op == "optimizer_step":
+            break
+        first_iteration.append(record.op)
+    if "backward_step" not in first_iteration:
+        return None
+    before = first_iteration[: first_iteration.index("backward_step")]
+    return before.count("forward_step"), first_iteration.count("forward_step")
+
+
+def _ranks_per_stage(stages: dict[int, int], options: Options, pp_floor: int, minimum: int) -> tuple[int, bool] | None:
+    """tp·dp and whether the ranks pin it: the given one, the whole set's when ranks 0..N-1 are
+    all present (over at least `pp_floor` stages), else the smallest of at least `minimum` that
+    fits (the smallest that fits at all when none of those does)."""
     def fits(k: int) -> bool:
         return all(r // k == s for r, s in stages.items())
 
     if options.tp and options.dp:
-        return options.tp * options.dp if fits(options.tp * options.dp) else None
+        return (options.tp * options.dp, True) if fits(options.tp * options.dp) else None
     step = options.tp or options.dp or 1  # tp*dp must be a multiple of the one given
     ranks = sorted(stages)
     if ranks == list(range(len(ranks))):
-        count = options.pp or len(set(stages.values()))
-        if len(ranks) % count == 0 and (len(ranks) // count) % step == 0 and fits(len(ranks) // count):
-            return len(ranks) // count
+        count = options.pp or max(len(set(stages.values())), pp_floor)
+        k = len(ranks) // count
+        if len(ranks) % count == 0 and k % step == 0 and k >= minimum and fits(k):
+            return k, True
     # rank // k == s  <=>  r // (s + 1) < k <= r // s: intersect the ranges of all ranks
     low = max(r // (s + 1) + 1 for r, s in stages.items())
     high = min((r // s for r, s in stages.items() if s > 0), default=None)
-    k = -(-low // step) * step
-    return k if high is None or k <= high else None
+    for floor in (max(low, minimum), low):
+        k = -(-floor // step) * step
+        if high is None or k <= high:
+            return k, high is not None and k + step > high
+    return None
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _smallest_factor(n: int) -> int:
@@ -564,17 +651,25 @@ def _record_receive_waits(trace: ExecutionTrace) -> None:
             node.args["wait_ns"] = min(max(wait, 0), node.duration_ns)
 
 
-def _check_complete_for_retime(trace: ExecutionTrace) -> None:
-    """The scheduler can only re-time a set that holds every rank its groups and transfers name."""
+def _missing_ranks(trace: ExecutionTrace) -> list[int]:
+    """Ranks the groups and transfers name that are not in the set."""
     named = {m for rank in trace.ranks.values() for n in rank.nodes if n.group is not None
              for m in trace.groups[rank.group_of(n)].members}
     named |= {rank.peer_of(n) for rank in trace.ranks.values() for n in rank.nodes if n.peer is not None}
-    missing = sorted(named - set(trace.ranks))
+    return sorted(named - set(trace.ranks))
+
+
+def _rank_list(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")
+
+
+def _check_complete_for_retime(trace: ExecutionTrace) -> None:
+    """The scheduler can only re-time a set that holds every rank its groups and transfers name."""
+    missing = _missing_ranks(trace)
     if missing:
-        shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
         raise InputError(
             None,
-            f"--retime needs the logs of every rank the groups and transfers name; missing ranks {shown} "
+            f"--retime needs the logs of every rank the groups and transfers name; missing ranks {_rank_list(missing)} "
             "(give all ranks' logs, or convert without --retime)",
         )
 

@@ -12,7 +12,8 @@ schedule. So one step is modelled, and every modelling choice is labelled in
   `--p2p-bytes` each (default 4 MiB, labelled), carrying the FX graph's values for that hop;
 - start times are placed here by a small simulation of that pipeline (eager sends, a receive
   ends when its message has arrived), so the output does not depend on the scheduler; the
-  measured ms/batch is kept in the metadata beside the modelled iteration time.
+  trace's timing is "modelled" (never "measured"), and the measured ms/batch is kept in the
+  metadata beside the modelled iteration time.
 """
 
 from __future__ import annotations
@@ -65,14 +66,15 @@ def build(log: OptimusLog, options: Options, diagnostics: Diagnostics) -> Execut
     trace.units = {"time": "ms (per-layer forward totals of a step, summed over its microbatches)"}
     p2p = _P2p.from_options(options)
     values = stage_values(log, stages)
-    model = _Model(trace, log, complete[step], orders, microbatches, options.bwd_factor, p2p, values)
+    labels = _Labels(options.schedule, options.bwd_factor, p2p, relayed_values(log, stages))
+    model = _Model(trace, log, complete[step], orders, microbatches, labels, values)
     for stage, ranks in stage_ranks.items():
         for index, rank_id in enumerate(ranks):
             peers = {d: stage_ranks[stage + d][index % len(stage_ranks[stage + d])] for d in (-1, 1) if stage + d in stage_ranks}
             trace.ranks[rank_id] = model.rank(rank_id, stage, index, peers)
     end = place(trace, p2p)
-    trace.timing = "measured"
-    _label(trace, log, step, why, microbatches, options, p2p, values, end)
+    trace.timing = "modelled"  # start times come from the model above, not from the log
+    _label(trace, log, step, why, microbatches, options, labels, values, end)
     return trace
 
 
@@ -148,6 +150,16 @@ def stage_values(log: OptimusLog, stages: int) -> dict[int, list[str]]:
     A value produced by stage p and last used by stage c travels p -> p+1 -> ... -> c, so every
     stage in between forwards it (FORMATS.md §3, `special_nodes`).
     """
+    return {hop: [value for value, _ in sent] for hop, sent in _hop_values(log, stages).items()}
+
+
+def relayed_values(log: OptimusLog, stages: int) -> dict[int, list[str]]:
+    """stage -> the values it forwards for an earlier stage (made before it, needed after it)."""
+    return {hop: [value for value, made in sent if made < hop] for hop, sent in _hop_values(log, stages).items()}
+
+
+def _hop_values(log: OptimusLog, stages: int) -> dict[int, list[tuple[str, int]]]:
+    """stage -> (value, the stage that made it) for every value it sends to the next stage."""
     producer: dict[str, int] = {}
     last_use: dict[str, int] = {}
     for node in log.fx.values():
@@ -159,10 +171,10 @@ def stage_values(log: OptimusLog, stages: int) -> dict[int, list[str]]:
         stage = _submodule_stage(node.getitem_of or "")
         if stage is not None:
             producer[node.name] = stage
-    sent: dict[int, list[str]] = {s: [] for s in range(stages - 1)}
+    sent: dict[int, list[tuple[str, int]]] = {s: [] for s in range(stages - 1)}
     for value, made in producer.items():
         for hop in range(made, min(last_use.get(value, made), stages - 1)):
-            sent[hop].append(value)
+            sent[hop].append((value, made))
     return sent
 
 
@@ -192,6 +204,32 @@ class _P2p:
         return P2P_LATENCY_NS + -(-self.size // P2P_BYTES_PER_NS)
 
 
+@dataclass(frozen=True)
+class _Labels:
+    """The modelling choices the log is silent about, labelled on the nodes they shape."""
+
+    schedule: str
+    bwd_factor: float
+    p2p: _P2p
+    relayed: dict[int, list[str]]  # hop -> values relayed on it for an earlier stage
+
+    @property
+    def schedule_basis(self) -> str:
+        return f"{self.schedule} (assumed: the log does not say which ran; --schedule)"
+
+    def p2p_args(self, hop: int) -> dict:
+        args = {
+            "size_basis": self.p2p.basis,
+            "time_basis": f"modelled: {P2P_BYTES_PER_NS} GB/s + {P2P_LATENCY_NS // 1000} us latency",
+        }
+        if self.relayed.get(hop):
+            args["relayed"] = ", ".join(self.relayed[hop])
+            args["relay_size_basis"] = (
+                "assumed: relayed values ride in this one transfer of the size above (their sizes are not in the log)"
+            )
+        return args
+
+
 @dataclass
 class _Model:
     trace: ExecutionTrace
@@ -199,8 +237,7 @@ class _Model:
     blocks: dict[int, StageStep]
     orders: dict
     microbatches: int
-    bwd_factor: float
-    p2p: _P2p
+    labels: _Labels
     values: dict[int, list[str]]
 
     def rank(self, rank_id: int, stage: int, index: int, peers: dict[int, int]) -> Rank:
@@ -234,13 +271,16 @@ class _Model:
         args = {
             "stage": stage, "microbatch": m, "layer": layer.name, "pass": direction,
             "step_forward_total_ms": layer.total_ns / 1e6, "ops": layer.ops,
+            "schedule": self.labels.schedule_basis,
         }
         if direction == "forward":
             duration = forward
             args["time_basis"] = f"measured: step total / {self.microbatches} microbatches"
         else:
-            duration = round(forward * self.bwd_factor)
-            args["time_basis"] = f"assumed: {self.bwd_factor:g} x forward (no backward times in the log)"
+            factor = self.labels.bwd_factor
+            duration = round(forward * factor)
+            args["time_basis"] = f"assumed: {factor:g} x forward (no backward times in the log)"
+            args["bwd_factor"] = factor
         short = "fwd" if direction == "forward" else "bwd"
         self._append(rank, Node(
             0, f"layer[{layer.name}] {short} mb{m}", NodeKind.COMPUTE, duration_ns=max(1, duration),
@@ -253,13 +293,12 @@ class _Model:
         verb = "send" if kind == NodeKind.SEND else "recv"
         args = {
             "stage": rank.coords["pp"], "microbatch": m, "peer_stage": hop + (1 if rank.coords["pp"] == hop else 0),
-            "carries": what, "size_basis": self.p2p.basis,
-            "time_basis": f"modelled: {P2P_BYTES_PER_NS} GB/s + {P2P_LATENCY_NS // 1000} us latency",
+            "carries": what, **self.labels.p2p_args(hop), "schedule": self.labels.schedule_basis,
         }
         if self.values.get(hop):
             args["values"] = ", ".join(self.values[hop])
         self._append(rank, Node(
-            0, f"{verb} {what} mb{m}", kind, size=self.p2p.size, peer=peer, tag=2 * m + direction,
+            0, f"{verb} {what} mb{m}", kind, size=self.labels.p2p.size, peer=peer, tag=2 * m + direction,
             microbatch=m, source=self.blocks[rank.coords["pp"]].where, args=args,
         ))
 
@@ -299,8 +338,9 @@ def place(trace: ExecutionTrace, p2p: _P2p) -> int:
     return max(clock.values(), default=0)
 
 
-def _label(trace, log, step, why, microbatches, options, p2p, values, end) -> None:
+def _label(trace, log, step, why, microbatches, options, labels, values, end) -> None:
     measured = log.ms_per_batch.get(step)
+    p2p = labels.p2p
     trace.metadata.update({
         "step": step,
         "steps_logged": _ranges(sorted({b.step for b in log.steps})),
@@ -314,6 +354,8 @@ def _label(trace, log, step, why, microbatches, options, p2p, values, end) -> No
     if measured is not None:
         trace.metadata["measured_ms_per_batch"] = measured[0] / 1e6
         trace.metadata["measured_ms_per_batch_source"] = measured[1]
+        # what stats and the timeline writers set beside a modelled iteration (see stats.measured_reference)
+        trace.metadata["measured_iteration"] = {"ns": measured[0], "what": f"ms/batch of step {step}", "source": measured[1]}
     if log.special_nodes:
         trace.metadata["special_nodes"] = {k: list(v) for k, v in sorted(log.special_nodes.items())}
     trace.assume(f"step {step} modelled: {why}")
@@ -324,6 +366,9 @@ def _label(trace, log, step, why, microbatches, options, p2p, values, end) -> No
         f"stage-to-stage transfers of {p2p.size} bytes per microbatch each way ({p2p.basis}), "
         f"{P2P_BYTES_PER_NS} GB/s + {P2P_LATENCY_NS // 1000} us each (not in the log)"
     )
+    if any(labels.relayed.values()):
+        trace.assume("values needed beyond the next stage (special_nodes) are relayed hop by hop inside each "
+                     "hop's one transfer; their sizes are not in the log")
     trace.assume("optimizer step, data loading and loss are not modelled (not in the log)")
     if trace.parallel.tp > 1 or trace.parallel.dp > 1:
         trace.assume("tensor- and data-parallel collectives are not in the log and not modelled")

@@ -4,7 +4,9 @@ The Chrome JSON writer and the native Perfetto writer draw exactly the same pict
 module decides it once so the two cannot drift apart.
 
 Processes. One per drawn rank: pid = rank + 1 (pid 0 is special in Perfetto), named by
-`Rank.label` ("rank 12 · stage 1"), sorted by rank.
+`Rank.label` ("rank 12 · stage 1"), sorted by rank. A modelled timeline whose input also
+measured the iteration gets one more process after the ranks, "measured vs modelled": the
+two iteration times as bars from the same start, so the gap shows without reading metadata.
 
 Threads. One per stream, in the order compute, tp, dp, ep, dp_ep, pp send, pp recv, other,
 then any other stream names alphabetically. tid = pid * 1000 + slot, where slot (1..999) is
@@ -38,7 +40,8 @@ starts on whichever end begins first:
   the first, FLOW_STEP (in and out) on each middle one, FLOW_IN on the last. A chain needs
   only one flow id per slice, which is all a Chrome JSON v2 slice (`bind_id`) can carry; a
   fan-out from one member would need several ids on one slice.
-Flow ids count from 1 in a deterministic order and are unique across the trace.
+Flow ids count from 1 in a deterministic order and are unique across the trace. No flows are
+drawn when the ranks' clocks are unrelated (measured scaling-mode logs, see `one_clock`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from typing import Any
 
 from ..diagnostics import Diagnostics, UsageError
 from ..model import ExecutionTrace, NodeKind, Rank
+from ..scheduler.summary import headline
+from ..stats import format_ms, measured_reference
 from ..timeline import Timeline, timeline_for
 
 THREAD_ORDER = ("compute", "tp", "dp", "ep", "dp_ep", "pp send", "pp recv", "other")
@@ -309,7 +314,10 @@ def plan_trace(
     planner = _Planner(trace, timeline, shift, diagnostics)
     with paused_gc():
         processes = [planner.place_rank(trace.ranks[r]) for r in drawn]
-        flow_count = planner.assign_flows()
+        flow_count = planner.assign_flows() if one_clock(trace, timeline) else 0
+    beside = measured_vs_modelled_process(trace, timeline, shift)
+    if beside is not None:
+        processes.append(beside)
     return Plan(
         processes=processes,
         origin_ns=trace.time_origin_ns + shift,
@@ -318,6 +326,48 @@ def plan_trace(
         world=len(trace.ranks),
         metadata=output_metadata(trace, timeline, trace.time_origin_ns + shift, drawn),
     )
+
+
+def measured_vs_modelled_process(trace: ExecutionTrace, timeline: Timeline, shift: int) -> Process | None:
+    """A process after the ranks that sets the log's measured iteration beside the modelled one.
+
+    A modelled timeline (OptimusPrime) looks as precise as a measured one; the measured
+    ms/batch, drawn as a bar from the same start, shows at a glance how much the model leaves
+    out. Threads: `modelled` (the modelled iteration, then what it leaves out) and `measured`.
+    """
+    reference = measured_reference(trace, timeline)
+    if reference is None:
+        return None
+    # both bars start where the plan's times start (0: `shift` is subtracted from every time)
+    modelled_end, measured_end, gap = timeline.end_ns - shift, reference["ns"], reference["gap_ns"]
+    common = {"measured_ns": measured_end, "modelled_ns": modelled_end, "gap_ns": gap, "source": reference["source"]}
+    slices = [  # (slot, start, end, name, args)
+        (1, 0, modelled_end, f"modelled iteration {format_ms(modelled_end)}",
+         {**common, "basis": "et-convert's model of the log (assumptions in each slice's args and in the metadata)"}),
+        (2, 0, measured_end, f"measured {reference['what']}: {format_ms(measured_end)}", common),
+    ]
+    if gap > 0:
+        slices.append((1, modelled_end, measured_end, f"not modelled: {format_ms(gap)}",
+                       {**common, "basis": "measured minus modelled: what the log timed that the model leaves out"}))
+    starts, ends = [s[1] for s in slices], [s[2] for s in slices]
+    order = drawing_order(starts, ends, [-1] * len(slices), False)
+    pid = max(trace.ranks, default=-1) + 2  # after every rank's pid (rank + 1)
+    return Process(
+        rank=pid - 1, pid=pid, name="measured vs modelled",
+        args={"what": f"the log's measured {reference['what']} beside the modelled iteration"},
+        layout=Layout(order=None if order == list(range(len(order))) else order, slots=[s[0] for s in slices],
+                      starts=starts, ends=ends, threads=[(1, "modelled"), (2, "measured")]),
+        names=[s[3] for s in slices], slice_args=[s[4] for s in slices],
+    )
+
+
+def one_clock(trace: ExecutionTrace, timeline: Timeline) -> bool:
+    """Whether all ranks' times are on one clock, so arrows between ranks mean something.
+
+    The ranks of a scaling-mode log ran one after another, each timed on its own: an arrow
+    from a send to its receive would draw a timing relation that never happened.
+    """
+    return not (timeline.kind == "measured" and trace.metadata.get("scaling_mode"))
 
 
 def output_metadata(trace: ExecutionTrace, timeline: Timeline, origin_ns: int, drawn: list[int]) -> dict[str, Any]:
@@ -338,6 +388,8 @@ def output_metadata(trace: ExecutionTrace, timeline: Timeline, origin_ns: int, d
     meta["time_origin_ns"] = origin_ns
     meta["assumptions"] = list(trace.assumptions)
     meta["ranks_drawn"] = compact_ranks(drawn)
+    if not one_clock(trace, timeline):
+        meta["flows"] = "none drawn: each rank was timed on its own clock (scaling-mode log)"
     if timeline.summary:
         meta["summary"] = timeline.summary
     if trace.metadata:
@@ -432,8 +484,9 @@ class _Planner:
         self.timeline = timeline
         self.shift = shift
         self.diagnostics = diagnostics
-        # a receive's wait was measured against the input's own times: drawn only on those
-        self.draw_waits = timeline.kind == "measured"
+        # a receive's wait was found against the input's own times (measured, or modelled by its
+        # builder): drawn only on those, not on the scheduler's
+        self.draw_waits = timeline.kind in ("measured", "modelled")
         self.group_thread: dict[int | None, str] = {}
         self.group_extra: dict[int | None, dict[str, Any]] = {}  # group and members args of a group
         self.templates: dict[int, _Template] = {}  # id(node list) -> template
@@ -764,3 +817,13 @@ def node_args(node) -> dict[str, Any]:
         if value is not None:
             args[str(key)] = value
     return args
+
+
+def report_iteration(plan: Plan, diagnostics: Diagnostics) -> None:
+    """One line with the scheduled iteration time, so a conversion shows what the model predicts.
+
+    Measured timelines (logs) carry no summary: their times are the input's, not a prediction.
+    """
+    summary = plan.metadata.get("summary")
+    if summary and summary.get("ranks"):
+        diagnostics.result(headline(summary))

@@ -31,7 +31,7 @@ from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 from ..diagnostics import Diagnostics
 from ..timeline import Timeline
 from .atomic import atomic_file
-from .layout_chrome import FLOW_IN, Layout, Plan, Process, flow_of, paused_gc, plan_trace
+from .layout_chrome import FLOW_IN, Layout, Plan, Process, flow_of, paused_gc, plan_trace, report_iteration
 
 SEQUENCE_ID = 1
 CHUNK = 60_000  # pieces of packets per write
@@ -45,6 +45,7 @@ def write(trace, output, options=None, diagnostics: Diagnostics | None = None, t
     plan = plan_trace(trace, options, diagnostics, timeline)
     with atomic_file(Path(output)) as out:
         write_plan(plan, out)
+    report_iteration(plan, diagnostics)
 
 
 def write_plan(plan: Plan, out: BinaryIO) -> None:

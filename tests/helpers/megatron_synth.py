@@ -10,6 +10,10 @@ all-reduce on the first and last stage, optimizer). Times come from one shared c
 eager, a receive ends when its message has arrived, so receives show pipeline bubbles. All
 times are whole multiples of 0.01 ms, as the real tracer prints them.
 
+`scaling=True` writes a scaling-mode run (FORMATS.md §2): compute ops say
+`description=simulation`, the ranks run one after another on one clock (rank r+1 starts after
+rank r ended), nothing waits for a peer and communication takes 0.02 ms.
+
 Mutations for tests: `edit(rank, index, line) -> str | None` sees every line before it is
 written and may change it or drop it (None). Ready-made edits: `drop_op`, `replace_in_op`,
 `cut_line`, combined with `chain`; `cut_last={rank: chars}` cuts a rank's last line:
@@ -73,23 +77,63 @@ def run_lines(
     """rank -> its log lines (no newlines), in program order."""
     timing = timing or Timing()
     programs = {s: _program(stages, s, microbatches, embedding) for s in range(stages)}
-    per_iteration = []
     clock = round(start_ms * TICKS_PER_MS)
-    for _ in range(iterations):
-        timed = _simulate(programs, stages, timing, layers, clock)
-        per_iteration.append(timed)
-        clock = max(op.end for ops in timed.values() for op in ops) + 100
-    lines: dict[int, list[str]] = {}
-    for s in range(stages):
-        for d in range(dp):
-            for t in range(tp):
-                rank = t + tp * (d + dp * s)
-                lines[rank] = [
-                    _line(rank, op, subop_stamp, scaling, seq, hidden, dtype, tp)
-                    for timed in per_iteration
-                    for op in timed[s]
-                ]
-    return dict(sorted(lines.items()))
+    if scaling:
+        per_rank = _scaling_run(programs, stages, tp, dp, iterations, timing, layers, clock)
+    else:
+        per_iteration = []
+        for _ in range(iterations):
+            timed = _simulate(programs, stages, timing, layers, clock)
+            per_iteration.append(timed)
+            clock = _last_end(timed) + 100
+        per_rank = {
+            t + tp * (d + dp * s): [op for timed in per_iteration for op in timed[s]]
+            for s in range(stages) for d in range(dp) for t in range(tp)
+        }
+    return {
+        rank: [_line(rank, op, subop_stamp, scaling, seq, hidden, dtype, tp) for op in ops]
+        for rank, ops in sorted(per_rank.items())
+    }
+
+
+def _scaling_run(programs, stages: int, tp: int, dp: int, iterations: int, timing: Timing, layers: int, clock: int):
+    """rank -> its timed ops in scaling mode: one GPU runs the ranks one after another, each alone.
+
+    Nothing waits for a peer and communication takes almost no time (0.02 ms, as in the real
+    scaling-mode sample), so each rank's clock starts where the previous rank's ended.
+    """
+    alone = Timing(**{**vars(timing), "p2p": 0.02, "tp_allreduce": 0.02, "dp_allreduce": 0.02, "ep_allreduce": 0.02})
+    ticks = _ticks(alone)
+    per_rank: dict[int, list[_Op]] = {}
+    for rank in range(tp * dp * stages):
+        ops: list[_Op] = []
+        for _ in range(iterations):
+            ops += _run_alone(programs[rank // (tp * dp)], ticks, layers, clock)
+            clock = ops[-1].end + 100
+        per_rank[rank] = ops
+    return per_rank
+
+
+def _run_alone(program: list[list[_Op]], ticks: dict[str, int], layers: int, clock: int) -> list[_Op]:
+    """One stage's program on its own: every step takes only its own time, nothing waits."""
+    done = []
+    for step in program:
+        end = clock + _own_time(step, ticks)
+        for op in step:
+            op.start, op.end = clock, end
+            if op.op in ("forward_step", "backward_step"):
+                op.subs = _tp_allreduces(op, layers, ticks["tp_allreduce"])
+            done.append(_copy(op))
+        clock = end + 6  # host gap between ops
+    return done
+
+
+def _last_end(timed: dict[int, list[_Op]]) -> int:
+    return max(op.end for ops in timed.values() for op in ops)
+
+
+def _ticks(timing: Timing) -> dict[str, int]:
+    return {k: max(1, round(v * TICKS_PER_MS)) for k, v in vars(timing).items()}
 
 
 def write_run(
@@ -210,7 +254,7 @@ def _program(stages: int, s: int, m: int, embedding: bool) -> list[list[_Op]]:
 
 def _simulate(programs, stages: int, timing: Timing, layers: int, clock: int) -> dict[int, list[_Op]]:
     """Give every op a start and end on one clock: eager sends, receives wait for arrival."""
-    ticks = {k: max(1, round(v * TICKS_PER_MS)) for k, v in vars(timing).items()}
+    ticks = _ticks(timing)
     arrival: dict[tuple[str, int, int], int] = {}  # (message, batch, destination stage) -> ready time
     now = {s: clock for s in range(stages)}
     pos = {s: 0 for s in range(stages)}
