@@ -205,3 +205,37 @@ def test_windows_line_ends_and_a_byte_order_mark_are_read(tmp_path):
     assert sniff_astra(data, path)
     trace, _ = load("astra-text", path, num_npus=2)
     assert names(trace)[0] == "conv1 fwd"
+
+
+DLRM_ROWS = (WORKLOADS / "astra_dlrm.txt").read_text().split("\n", 1)[1]
+
+
+@pytest.mark.parametrize("header", ["HYBRID_DLRM 2", "HYBRID_DLRM_ENHANCED DLRM_LAST_BOTTOM_LAYER: 2"])
+def test_dlrm_headers_give_every_rank_the_bottom_and_top_split(tmp_path, header):
+    path = tmp_path / "w.txt"
+    path.write_text(f"{header}\n{DLRM_ROWS}")
+    trace, _ = load("astra-text", path, num_npus=4)
+    check_model(trace)
+    # Forward: 5 computes and the embedding all-to-all. Backward per row: weight gradient, its
+    # all-reduce (rows 1-4), input gradient (not row 0); the embedding's all-to-all after top1's.
+    expected = ["embedding fwd", "embedding fwd ALLTOALL", "bottom1 fwd", "bottom2 fwd", "top1 fwd", "top2 fwd",
+                "top2 wg", "top2 wg ALLREDUCE", "top2 ig", "top1 wg", "top1 wg ALLREDUCE", "top1 ig",
+                "embedding ig ALLTOALL", "bottom2 wg", "bottom2 wg ALLREDUCE", "bottom2 ig",
+                "bottom1 wg", "bottom1 wg ALLREDUCE", "bottom1 ig", "embedding wg"]
+    for rank in range(4):
+        assert names(trace, rank) == expected, rank
+    nodes = {n.name: n for n in trace.ranks[0].nodes}
+    a2a = nodes["embedding fwd ALLTOALL"].id
+    assert a2a in nodes["top1 fwd"].deps  # row 3 = last bottom row 2 + 1 waits for the embedding
+    assert a2a not in nodes["bottom2 fwd"].deps
+    assert any("rows 1..2 the bottom MLP; row 3 waits for the embedding all-to-all" in a for a in trace.assumptions)
+
+
+def test_dlrm_bare_number_moves_the_split(tmp_path):
+    path = tmp_path / "w.txt"
+    path.write_text(f"HYBRID_DLRM 1\n{DLRM_ROWS}")
+    trace, _ = load("astra-text", path, num_npus=4)
+    nodes = {n.name: n for n in trace.ranks[0].nodes}
+    a2a = nodes["embedding fwd ALLTOALL"].id
+    assert a2a in nodes["bottom2 fwd"].deps and a2a not in nodes["top1 fwd"].deps
+    assert nodes["embedding ig ALLTOALL"].deps == [nodes["bottom2 ig"].id]

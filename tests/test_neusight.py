@@ -50,7 +50,24 @@ def test_async_gradient_all_reduces_do_not_block_the_backward():
     nodes = trace.ranks[0].nodes
     comms = [n for n in nodes if n.kind == NodeKind.COLLECTIVE]
     last_forward = max(n.id for n in nodes if n.kind == NodeKind.COMPUTE)
+    assert len(comms) == 9  # the sample's 9 ALLREDUCE_ASYNC gradient rows
     assert all(c.deps == [last_forward] for c in comms)
+
+
+def test_forward_collectives_run_in_the_tp_group(tmp_path):
+    path = tmp_path / "t.tsv"
+    path.write_text(f"{HEADER}\n"
+                    "qkv\t1.0\tALLREDUCE\t1024\t0\tALLREDUCE_ASYNC\t2048\t0\tNone\t0\t0\n"
+                    "proj\t1.0\tALLGATHER\t1000\t0\tNone\t0\t0\tNone\t0\t0\n")
+    trace, _ = load("neusight", path, tp=2, dp=2)
+    check_model(trace)
+    r3 = trace.ranks[3]  # tp 1, dp 1
+    comms = [(n.name, n.size, trace.groups[r3.group_of(n)].members) for n in r3.nodes if n.kind == NodeKind.COLLECTIVE]
+    assert comms == [
+        ("qkv fwd ALLREDUCE", 1024 * 4, (2, 3)),
+        ("proj fwd ALLGATHER", 1000 * 4 // 2, (2, 3)),  # gathered elements -> the per-rank input
+        ("qkv ig ALLREDUCE_ASYNC", 2048 * 4, (1, 3)),
+    ]
 
 
 def test_num_layers_replicates_the_block_over_pipeline_stages():

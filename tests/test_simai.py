@@ -146,6 +146,11 @@ def test_known_generator_defects_are_warned_once_each(sample):
         f"{name}: 33 compute times are the placeholder 1 ns (not measured); left them out (first at line 3)",
         f"{name}: 15 microbatch blocks give embedding_layer another wg_compute than the first block "
         f"(2864860 vs 1879040 at line 9); used each block's own value (first at line 43)",
+        f"{name}: assumed: ALL_GATHER sizes are the per-rank input, as ASTRA-sim reads them: the input's total "
+        "gathered bytes divided by the group size.",
+        f"{name}:1: assumed: Activations and gradients between stages are 16777216 bytes per microbatch: the "
+        "block's TP collectives move the whole activation (2*mbs*seq*hidden = 134217728 bytes), and under "
+        "sequence parallelism (ALLGATHER/REDUCESCATTER in the forward) each rank holds 1/8 of it.",
     ]
 
 
@@ -255,7 +260,154 @@ def test_vpp_and_a_zero_pp_comm_are_warned_not_guessed(tmp_path):
         f"{path}: 13 compute times are the placeholder 1 ns (not measured); left them out (first at line 3)",
         f"{path}:1: vpp 2: interleaved 1F1B is not modelled; each stage runs its block once per microbatch in "
         "non-interleaved 1F1B order",
+        f"{path}: assumed: ALL_GATHER sizes are the per-rank input, as ASTRA-sim reads them: the input's total "
+        "gathered bytes divided by the group size.",
         f"{path}:1: pp_comm is 0; derived the activation size instead",
+        f"{path}:1: assumed: Activations and gradients between stages are 32768 bytes per microbatch: the "
+        "block's TP collectives move the whole activation (2*mbs*seq*hidden = 65536 bytes), and under sequence "
+        "parallelism (ALLGATHER/REDUCESCATTER in the forward) each rank holds 1/2 of it.",
     ]
     assert {n.size for n in trace.ranks[0].nodes if n.kind == NodeKind.SEND} == {65536 // 2}
     assert trace.parallel.vpp == 2
+    assert "vpp 2 (interleaved 1F1B) is not modelled: non-interleaved 1F1B with one model chunk per stage." \
+        in trace.assumptions
+    assert steps(trace.ranks[0].nodes) == one_f_one_b(2, 0, 2)  # one chunk per stage, not two
+
+
+def validation_errors(trace):
+    from converters.api import validate
+
+    return [f.text() for f in validate(trace) if f.severity == "error"]
+
+
+def recomputed_lines(nodes):
+    """(microbatch, source line) of each recomputed row, in program order, once per row."""
+    found = [(n.microbatch, int(n.source.rsplit(":", 1)[1])) for n in nodes if " recompute" in n.name]
+    return list(dict.fromkeys(found))
+
+
+def test_recompute_indices_name_the_same_layer_rows_on_every_stage(tmp_path):
+    # Block lines (small_simai, 2 layers): 7 embedding_layer, 8-11 layer rows 0-3, 12 final_column;
+    # the second microbatch's block is lines 13-18. Initiator 3 with checkpoint 0: before layer row
+    # 3's input gradient, layer rows 0..2 run their forward again, on the first and the last stage.
+    path = tmp_path / "w.txt"
+    path.write_text(small_simai(tp=2, pp=2, gpus=4, ga=2, recompute="checkpoints: 1 0 checkpoint_initiates: 1 3"))
+    trace, _ = load("simai", path)
+    for rank in (0, 1, 2, 3):
+        nodes = trace.ranks[rank].nodes
+        assert recomputed_lines(nodes) == [(0, 8), (0, 9), (0, 10), (1, 14), (1, 15), (1, 16)], rank
+        recompute = [n for n in nodes if " recompute" in n.name]
+        assert [n.name for n in recompute if n.kind == NodeKind.COLLECTIVE] == [
+            "attention_column recompute ALLGATHER", "attention_row recompute REDUCESCATTER",
+            "attention_column recompute ALLGATHER"] * 2
+        # the first microbatch's 3 recomputed rows (compute + collective each), then row 3's backward
+        after = nodes[recompute[5].id + 1]
+        assert (after.name, after.source) == ("attention_row ig", f"{path}:11")
+    check_model(trace)  # the recompute collectives are the same on every member of each TP group
+    assert validation_errors(trace) == []
+    assert any("before layer row 3's input gradient (attention_row), layer rows 0..2 (attention_column to "
+               "attention_column) run their forward again" in a for a in trace.assumptions)
+
+
+def test_recompute_from_a_later_checkpoint_skips_the_rows_before_it(tmp_path):
+    path = tmp_path / "w.txt"
+    path.write_text(small_simai(tp=2, pp=2, gpus=4, ga=1,
+                                recompute="checkpoints: 2 0 2 checkpoint_initiates: 2 1 3"))
+    trace, _ = load("simai", path)
+    # initiator 3 recomputes layer row 2 (line 10); initiator 1 recomputes layer row 0 (line 8)
+    assert recomputed_lines(trace.ranks[0].nodes) == [(0, 10), (0, 8)]
+    assert recomputed_lines(trace.ranks[2].nodes) == [(0, 10), (0, 8)]
+
+
+@pytest.mark.parametrize("mode, recompute, message", [
+    ("stage", "checkpoints: 1 0 checkpoint_initiates: 1 99",
+     "checkpoint row 99 is past the last layer row of the microbatch block (3; layer rows count from 0 without "
+     "embedding_layer and final_column)"),
+    ("stage", "checkpoints: 1 4 checkpoint_initiates: 1 3",
+     "checkpoint row 4 is past the last layer row of the microbatch block (3; layer rows count from 0 without "
+     "embedding_layer and final_column)"),
+    ("simai", "checkpoints: 1 0 checkpoint_initiates: 1 18", "checkpoint row 18 is past the last row (17)"),
+])
+def test_recompute_indices_past_the_rows_are_an_error_on_the_header_line(tmp_path, mode, recompute, message):
+    from converters.diagnostics import InputError
+
+    path = tmp_path / "w.txt"
+    path.write_text(small_simai(tp=2, pp=2, gpus=4, ga=2, recompute=recompute))
+    with pytest.raises(InputError) as e:
+        load("simai", path, mode=mode)
+    assert str(e.value) == f"{path}:1: {message}"
+
+
+def moe_simai(pp: int, gpus: int) -> str:
+    """tp 2, ep 2, ga 2: a MoE block (embedding, an ALLTOALL_EP router, final) and nonzero
+    expert-data-parallel prologue rows, in AICB's file order."""
+    block = [
+        "embedding_layer\t-1\t100\tALLREDUCE\t4096\t1\tNONE\t0\t100\tNONE\t0\t100",
+        "moe_route\t-1\t100\tALLTOALL_EP\t8192\t100\tALLTOALL_EP\t8192\t100\tNONE\t0\t100",
+        "final_column\t-1\t100\tALLGATHER\t4096\t100\tNONE\t0\t100\tNONE\t0\t100",
+    ]
+    rows = [
+        "grad_gather\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tALLGATHER\t1048576\t100",
+        "grad_param_comm\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tREDUCESCATTER\t2097152\t100",
+        "grad_param_compute\t-1\t1\tNONE\t0\t40000\tNONE\t0\t1\tNONE\t0\t100",
+        "embedding_grads\t-1\t1\tNONE\t0\t1\tALLREDUCE\t32768\t1\tNONE\t0\t100",
+        "moe_grad_norm1\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tALLGATHER_DP_EP\t4096\t100",
+        "moe_grad_norm2\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tREDUCESCATTER_DP_EP\t8192\t100",
+        *block, *block,
+        "cross_entropy1\t-1\t0\tALLREDUCE\t1024\t0\tNONE\t0\t0\tNONE\t0\t100",
+        "optimizer1\t-1\t0\tALLREDUCE\t4\t0\tNONE\t0\t0\tNONE\t0\t100",
+    ]
+    return small_simai(tp=2, pp=pp, gpus=gpus, ga=2, ep=2, rows="\n".join(rows))
+
+
+def test_expert_gradients_are_reduced_before_the_optimizer_and_gathered_after(tmp_path):
+    path = tmp_path / "moe.txt"
+    path.write_text(moe_simai(pp=2, gpus=16))
+    trace, _ = load("simai", path)
+    tail = [n.name for n in trace.ranks[15].nodes[-8:]]  # last stage
+    assert tail == [
+        "cross_entropy1 fwd ALLREDUCE", "embedding_grads ig ALLREDUCE", "grad_param_comm wg REDUCESCATTER",
+        "moe_grad_norm2 wg REDUCESCATTER_DP_EP", "optimizer1 fwd ALLREDUCE", "grad_param_compute ig",
+        "grad_gather wg ALLGATHER", "moe_grad_norm1 wg ALLGATHER_DP_EP",
+    ]
+    sentence = next(a for a in trace.assumptions if a.startswith("Prologue and epilogue rows"))
+    said = [sentence.index(name) for name in ("cross_entropy", "embedding_grads", "grad_param_comm", "moe_grad_norm2",
+                                              "optimizer", "grad_param_compute", "grad_gather", "moe_grad_norm1")]
+    assert said == sorted(said)  # the metadata names the order the graph runs
+
+
+def test_expert_parallel_with_a_pipeline(tmp_path):
+    path = tmp_path / "moe.txt"
+    path.write_text(moe_simai(pp=2, gpus=16))
+    trace, _ = load("simai", path)
+    check_model(trace)
+    assert validation_errors(trace) == []
+    # rank 13 = tp 1 + 2 * (dp 2 + 4 * pp 1); dp 2 = ep 0 + 2 * dpe 1
+    assert trace.ranks[13].coords == {"tp": 1, "dp": 2, "pp": 1, "ep": 0}
+    assert members_used(trace, 13, "tp") == {(12, 13)}
+    assert members_used(trace, 13, "ep") == {(13, 15)}
+    assert members_used(trace, 13, "dp_ep") == {(9, 13)}
+    assert members_used(trace, 13, "dp") == {(9, 11, 13, 15)}
+    assert members_used(trace, 13, "embedding") == {(5, 13)}
+    for rank in (5, 13):  # both stages run the router: forward and input-gradient, two microbatches
+        a2a = [n for n in trace.ranks[rank].nodes if n.coll == CollType.ALL_TO_ALL]
+        assert [(n.name, n.size, n.microbatch) for n in a2a] == [
+            ("moe_route fwd ALLTOALL_EP", 8192, 0), ("moe_route fwd ALLTOALL_EP", 8192, 1),
+            ("moe_route ig ALLTOALL_EP", 8192, 0), ("moe_route ig ALLTOALL_EP", 8192, 1),
+        ] if rank == 5 else [
+            ("moe_route fwd ALLTOALL_EP", 8192, 0), ("moe_route ig ALLTOALL_EP", 8192, 0),
+            ("moe_route fwd ALLTOALL_EP", 8192, 1), ("moe_route ig ALLTOALL_EP", 8192, 1),
+        ]
+    assert check_pairing(trace) == 8 * 1 * 2 * 2  # columns x boundaries x microbatches x directions
+    send = next(n for n in trace.ranks[5].nodes if n.kind == NodeKind.SEND)
+    assert trace.ranks[5].peer_of(send) == 13
+
+
+def test_pp_comm_without_a_colon_is_read(tmp_path):
+    path = tmp_path / "w.txt"
+    path.write_text(small_simai(tp=2, pp=2, gpus=4, ga=2, extra=" pp_comm 8192"))
+    trace, diagnostics = load("simai", path)
+    assert {n.size for n in trace.ranks[0].nodes if n.kind in (NodeKind.SEND, NodeKind.RECV)} == {8192}
+    assert "Activations and gradients between stages are 8192 bytes per microbatch (pp_comm in the header)." \
+        in trace.assumptions
+    assert not any("header key" in m for m in diagnostics.messages())

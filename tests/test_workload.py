@@ -165,10 +165,16 @@ def check_model(trace: ExecutionTrace, run: bool = True) -> None:
 
 
 def test_simai_sample_keeps_every_invariant():
+    from converters.api import schedule
+
     trace, _ = load("simai", SAMPLES / "simai_tp8_pp16_1024gpu.txt")
     check_program_order(trace)
     assert check_collectives_match(trace) == 128 + 128 + 64  # tp, dp, embedding groups issue collectives
     assert check_pairing(trace) == 8 * 8 * 15 * 16 * 2  # columns x boundaries x microbatches x directions
+    # The validator's deadlock dry run is this schedule (it raises Deadlock on a stall); the
+    # test's own dry_run is too slow for 1024 ranks. Every node of every rank gets an end.
+    timeline = schedule(trace)
+    assert {r: len(ends) for r, ends in timeline.ends.items()} == {r: len(k.nodes) for r, k in trace.ranks.items()}
 
 
 @pytest.mark.parametrize("sample", ASTRA_SAMPLES)
@@ -200,10 +206,18 @@ def test_the_dry_run_catches_a_deadlock(tmp_path):
     recvs[1].tag += 1000
     with pytest.raises(AssertionError, match="stalled"):
         dry_run(trace)
+    from converters.api import schedule
+    from converters.scheduler.deadlock import Deadlock
+
+    with pytest.raises(Deadlock, match="deadlock"):
+        schedule(trace)
 
 
-def small_simai(tp: int, pp: int, gpus: int, ga: int, layers: int = 2, extra: str = "", rows: str | None = None) -> str:
-    """An AICB-shaped file: prologue, `ga` blocks (embedding, layers, final), epilogue."""
+def small_simai(tp: int, pp: int, gpus: int, ga: int, layers: int = 2, extra: str = "", rows: str | None = None,
+                ep: int = 1, recompute: str = "checkpoints: 0 checkpoint_initiates: 0") -> str:
+    """An AICB-shaped file: prologue, `ga` blocks (embedding, layers, final), epilogue.
+
+    Lines: 1 header, 2 row count, 3-6 prologue, then each block of 2 + 2*layers rows."""
     block = ["embedding_layer\t-1\t2000\tALLREDUCE\t65536\t1\tNONE\t0\t1500\tNONE\t0\t100"]
     for _ in range(layers):
         block += [
@@ -222,8 +236,8 @@ def small_simai(tp: int, pp: int, gpus: int, ga: int, layers: int = 2, extra: st
         "optimizer1\t-1\t0\tALLREDUCE\t4\t0\tNONE\t0\t0\tNONE\t0\t100",
     ]
     body = rows.splitlines() if rows is not None else prologue + block * ga + epilogue
-    header = (f"HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: {tp} ep: 1 pp: {pp} ga: {ga} "
-              f"all_gpus: {gpus} checkpoints: 0 checkpoint_initiates: 0{extra}")
+    header = (f"HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: {tp} ep: {ep} pp: {pp} ga: {ga} "
+              f"all_gpus: {gpus} {recompute}{extra}")
     return "\n".join([header, str(len(body))] + body) + "\n"
 
 

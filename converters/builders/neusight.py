@@ -136,8 +136,10 @@ def _op(row: NeuRow, name: str, prefix: str, group_sizes: dict[str, int], option
         ctype = COLL_TYPES[comm.kind]
         if ctype == CollType.ALL_GATHER:
             size = -(-size // members)  # NeuSight counts the gathered elements; ASTRA-sim the input
-            trace.assume("ALL_GATHER sizes are the per-rank input, as ASTRA-sim reads them: the table's gathered "
-                         "element count divided by the group size.")
+            sentence = ("ALL_GATHER sizes are the per-rank input, as ASTRA-sim reads them: the table's gathered "
+                        "element count divided by the group size.")
+            trace.assume(sentence)
+            diagnostics.warn_assumption(sentence, name)  # it changes sizes: said without -v too
         return Coll(ctype, kind, size, comm.token, blocking=not comm.asynchronous)
 
     ns = lambda ms: int(round(ms * 1e6))  # noqa: E731

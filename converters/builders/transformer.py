@@ -166,7 +166,9 @@ class StagePlan:
     p2p_bytes: int
     schedule: str = "1f1b"
     passes: int = 1
-    recompute: dict[int, list[int]] = field(default_factory=dict)  # row index -> rows to re-run first
+    # position in this stage's block -> positions whose forward re-runs before its input gradient
+    # (the caller maps the input's layer indices to each stage's own positions)
+    recompute: dict[int, list[int]] = field(default_factory=dict)
 
 
 def p2p_tag(pass_: int, backward: bool, microbatch: int, boundary: int, microbatches: int, stages: int) -> int:

@@ -86,6 +86,7 @@ class Sizes:
         size = max(comm.size, min_size)
         ctype = COLL_TYPES[comm.kind]
         if ctype == CollType.ALL_GATHER and self.gathered_total:
+            self.diagnostics.warn_assumption(ALL_GATHER_CONVENTION + ".", self.path)  # it changes sizes
             if size % members:
                 self.diagnostics.warn(
                     "allgather-rounding",
@@ -132,10 +133,25 @@ def _ns(value: int, tick_ns: float) -> int:
 
 PROLOGUE_PREFIXES = ("grad_", "embedding_grads", "moe_grad_norm")
 EPILOGUE_PREFIXES = ("cross_entropy", "optimizer")
-# Megatron's end of an iteration: loss, embedding all-reduce, grad reduce-scatter, grad
-# norm, optimizer step, parameter all-gather. Names not listed keep their file order after.
-FINALIZE_ORDER = ("cross_entropy", "embedding_grads", "moe_grad_norm", "grad_param_comm",
-                  "optimizer", "grad_param_compute", "grad_gather")
+# Rows of the microbatch block that only one stage holds; the others are transformer layer rows.
+FIRST_STAGE_ONLY = ("embedding_layer",)
+LAST_STAGE_ONLY = ("final_column", "cross_entropy")
+# Megatron's end of an iteration, as (row name prefix, what it is). Despite their names, AICB
+# sizes moe_grad_norm2 as a reduce-scatter of the expert gradients (4 bytes per expert
+# parameter) and moe_grad_norm1 as an all-gather of the expert parameters (2 bytes each), the
+# expert twins of grad_param_comm and grad_gather, so they run beside those. The gradients are
+# reduced before the optimizer's grad-norm all-reduces read them. Names not listed keep their
+# file order after these.
+FINALIZE_ORDER = (
+    ("cross_entropy", "loss"),
+    ("embedding_grads", "embedding all-reduce"),
+    ("grad_param_comm", "gradient reduce-scatter"),
+    ("moe_grad_norm2", "expert gradient reduce-scatter"),
+    ("optimizer", "grad-norm and found-inf all-reduces"),
+    ("grad_param_compute", "optimizer step"),
+    ("grad_gather", "parameter all-gather"),
+    ("moe_grad_norm1", "expert parameter all-gather"),
+)
 
 
 def load_simai(paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
@@ -269,15 +285,18 @@ def derive_p2p_bytes(w: Workload, blocks: list[list[Row]], tp: int, options: Opt
     sequence_parallel = any(c.kind in ("ALLGATHER", "REDUCESCATTER") for c in comms)
     if sequence_parallel:
         size = -(-full // tp)
-        trace.assume(
+        sentence = (
             f"Activations and gradients between stages are {size} bytes per microbatch: the block's TP "
             f"collectives move the whole activation (2*mbs*seq*hidden = {full} bytes), and under sequence "
             f"parallelism (ALLGATHER/REDUCESCATTER in the forward) each rank holds 1/{tp} of it.")
     else:
         size = full
-        trace.assume(
+        sentence = (
             f"Activations and gradients between stages are {size} bytes per microbatch: the size of the "
             f"block's TP all-reduce (2*mbs*seq*hidden bytes; no sequence parallelism).")
+    # a size the file does not state decides every send's time: say so without -v too
+    trace.assume(sentence)
+    diagnostics.warn_assumption(sentence, f"{w.path}:1")
     return size
 
 
@@ -285,9 +304,9 @@ def _stage_rows(rows: list[Row], stage: int, pp: int) -> list[Row]:
     """Embedding only on the first stage, final_column/cross-entropy only on the last."""
     kept = []
     for row in rows:
-        if row.name.startswith("embedding_layer") and stage != 0:
+        if row.name.startswith(FIRST_STAGE_ONLY) and stage != 0:
             continue
-        if row.name.startswith(("final_column", "cross_entropy")) and stage != pp - 1:
+        if row.name.startswith(LAST_STAGE_ONLY) and stage != pp - 1:
             continue
         if row.name == "embedding_grads" and stage not in (0, pp - 1):
             continue
@@ -296,7 +315,7 @@ def _stage_rows(rows: list[Row], stage: int, pp: int) -> list[Row]:
 
 
 def _finalize_key(row: Row) -> int:
-    for i, prefix in enumerate(FINALIZE_ORDER):
+    for i, (prefix, _) in enumerate(FINALIZE_ORDER):
         if row.name.startswith(prefix):
             return i
     return len(FINALIZE_ORDER)
@@ -314,7 +333,8 @@ def _simai_stages(trace, w, tp, pp, ep, ga, world, options, diagnostics) -> Exec
     if vpp > 1:
         diagnostics.warn("vpp", f"{w.path}:1: vpp {vpp}: interleaved 1F1B is not modelled; each stage runs its "
                                 f"block once per microbatch in non-interleaved {options.schedule.upper()} order")
-        trace.assume(f"vpp {vpp} is ignored: non-interleaved {options.schedule} with one model chunk per stage.")
+        trace.assume(f"vpp {vpp} (interleaved 1F1B) is not modelled: non-interleaved {options.schedule.upper()} "
+                     "with one model chunk per stage.")
     prologue, blocks, epilogue = _split_simai(w, ga)
     _warn_block_drift(w, blocks, diagnostics)
     group_sizes = {"tp": tp, "dp": dp, "pp": pp, "ep": ep, "dp_ep": dp // ep, "embedding": 2 if pp > 1 else 1}
@@ -327,14 +347,7 @@ def _simai_stages(trace, w, tp, pp, ep, ga, world, options, diagnostics) -> Exec
         _used_kinds([op for ops in block_ops for op in ops] + list(final_ops.values())) - {"tp", "dp", "pp"})
     group_ids = add_layout_groups(trace, layout, kinds)
     p2p = derive_p2p_bytes(w, blocks, tp, options, trace, diagnostics) if pp > 1 else 0
-    recompute = recompute_plan(w.header.get("checkpoints", []), w.header.get("checkpoint_initiates", []))
-    if recompute:
-        trace.assume("Checkpoint and initiator indices of the header are taken as row positions within the "
-                     "microbatch block of a stage.")
-    else:
-        trace.assume("No activation recompute: the header lists no checkpoint initiators "
-                     f"(checkpoints: {len(w.header.get('checkpoints', []))}), although the policy is "
-                     f"{w.policy}.")
+    recompute = _layer_recompute(w, blocks[0], trace)
     graphs, reps = {}, {}
     for s in range(pp):
         rep = layout.rank_of(0, 0, s)
@@ -344,7 +357,8 @@ def _simai_stages(trace, w, tp, pp, ep, ga, world, options, diagnostics) -> Exec
             stage=s, stages=pp, blocks=stage_blocks,
             finalize=[final_ops[r.line] for r in _stage_rows(finalize_rows, s, pp)],
             prev_peer=layout.prev_stage_rank(rep), next_peer=layout.next_stage_rank(rep), p2p_bytes=p2p,
-            schedule=options.schedule, passes=options.passes, recompute=recompute,
+            schedule=options.schedule, passes=options.passes,
+            recompute=_recompute_on_stage(recompute, _stage_rows(blocks[0], s, pp)),
         )
         graphs[s] = stage_program(Graph(group_ids[rep]), plan)
     share_graphs(
@@ -361,10 +375,11 @@ def _simai_stages(trace, w, tp, pp, ep, ga, world, options, diagnostics) -> Exec
     trace.assume(f"Microbatches: {ga} (ga) per iteration in {options.schedule.upper()} order; SEND/RECV of "
                  "activations (forward) and gradients (backward) between adjacent stages; fused exchanges "
                  "are sibling SEND and RECV nodes.")
-    trace.assume("Prologue and epilogue rows (grad_gather, grad_param_comm, grad_param_compute, embedding_grads, "
-                 "moe_grad_norm*, cross_entropy*, optimizer*) run once per iteration after the last backward, in "
-                 "the order loss, embedding all-reduce, gradient reduce-scatter, grad norm, optimizer, parameter "
-                 "all-gather.")
+    order = ", ".join(f"{prefix} ({meaning})" for prefix, meaning in FINALIZE_ORDER)
+    trace.assume(f"Prologue and epilogue rows run once per iteration after the last backward, in this order of "
+                 f"row name prefixes: {order}; "
+                 "moe_grad_norm1/2 are read by their sizes (expert parameters at 2 bytes, expert gradients at 4), "
+                 "not by their names.")
     if pp > 1:
         trace.assume("embedding_grads' all-reduce runs in the embedding group (first and last stage of each "
                      "pipeline column), not in the TP group its column would suggest.")
@@ -373,6 +388,41 @@ def _simai_stages(trace, w, tp, pp, ep, ga, world, options, diagnostics) -> Exec
     trace.assume("Input-gradient collectives block (as SimAI runs them); per-microbatch weight-gradient "
                  "collectives overlap until the end of the iteration; once-per-iteration rows block.")
     return trace
+
+
+def _is_layer_row(row: Row) -> bool:
+    """A transformer layer row of the block, which every stage holds (unlike embedding_layer and final_column)."""
+    return not row.name.startswith(FIRST_STAGE_ONLY + LAST_STAGE_ONLY)
+
+
+def _layer_recompute(w: Workload, block: list[Row], trace: ExecutionTrace) -> dict[int, list[int]]:
+    """FWD_IN_BCKWD recompute over the block's layer rows: the header's indices count layers, and
+    embedding_layer and final_column are not layers (only stage 0 and the last stage hold them), so
+    counting only layer rows makes an index name the same row on every stage."""
+    layers = [row for row in block if _is_layer_row(row)]
+    plan = _checked_recompute_plan(w, len(layers), f"the last layer row of the microbatch block ({len(layers) - 1}; "
+                                                   "layer rows count from 0 without embedding_layer and final_column)")
+    if plan:
+        described = "; ".join(
+            f"before layer row {i}'s input gradient ({layers[i].name}), layer rows {rows[0]}..{rows[-1]} "
+            f"({layers[rows[0]].name} to {layers[rows[-1]].name})" for i, rows in plan.items())
+        trace.assume("Activation recompute (FWD_IN_BCKWD): checkpoint indices count the layer rows of the "
+                     "microbatch block from 0, without embedding_layer and final_column, so they name the same "
+                     f"rows on every stage: {described} run their forward again, in every microbatch.")
+    elif w.header.get("checkpoint_initiates"):
+        trace.assume("No activation recompute: every checkpoint initiator is a checkpoint or layer row 0, so "
+                     "no layer lies between.")
+    else:
+        trace.assume("No activation recompute: the header lists no checkpoint initiators "
+                     f"(checkpoints: {len(w.header.get('checkpoints', []))}), although the policy is "
+                     f"{w.policy}.")
+    return plan
+
+
+def _recompute_on_stage(plan: dict[int, list[int]], stage_rows: list[Row]) -> dict[int, list[int]]:
+    """A plan over layer rows -> the same plan over positions in one stage's own row list."""
+    position = [k for k, row in enumerate(stage_rows) if _is_layer_row(row)]
+    return {position[i]: [position[j] for j in rows] for i, rows in plan.items()}
 
 
 def _coords(layout: Layout, r: int) -> dict[str, int]:
@@ -400,7 +450,7 @@ def _simai_own_reading(trace, w, tp, ep, world, ga, pp, options, diagnostics) ->
     ops = [_simai_op(r, sizes, False, 1, False, min_fwd=4096) for r in w.rows]
     kinds = ["tp", "dp"] + sorted(_used_kinds(ops) - {"tp", "dp"})
     group_ids = add_layout_groups(trace, layout, kinds)
-    recompute = recompute_plan(w.header.get("checkpoints", []), w.header.get("checkpoint_initiates", []))
+    recompute = _row_recompute(w, trace)
     nodes = transformer_passes(Graph(group_ids[0]), ops, options.passes, ig_blocking=True, recompute=recompute)
     share_graphs(trace, world, role_of=lambda r: 0, representative={0: 0}, graphs={0: nodes},
                  group_ids=group_ids, coords=lambda r: _coords(layout, r))
@@ -489,7 +539,7 @@ def load_astra(paths: list[Path], options: Options, diagnostics: Diagnostics) ->
     else:
         recompute = {}
         if policy == "HYBRID_TRANSFORMER_FWD_IN_BCKWD":
-            recompute = _astra_recompute(w, len(ops), trace)
+            recompute = _row_recompute(w, trace)
         nodes = transformer_passes(graph, ops, passes, ig_blocking=False, recompute=recompute)
     rep = {0: 0}
     share_graphs(trace, n, role_of=lambda r: 0, representative=rep, graphs={0: nodes}, group_ids=groups,
@@ -597,18 +647,26 @@ def _astra_ops(w: Workload, sizes: Sizes, tick_ns: float, diagnostics: Diagnosti
     return ops
 
 
-def _astra_recompute(w: Workload, rows: int, trace: ExecutionTrace) -> dict[int, list[int]]:
+def _checked_recompute_plan(w: Workload, rows: int, last_row: str) -> dict[int, list[int]]:
+    """The header's checkpoints and initiators as a plan over `rows` rows. An index past them is
+    an error: it would silently recompute nothing."""
     checkpoints = list(w.header.get("checkpoints", []))
     initiators = list(w.header.get("checkpoint_initiates", []))
     for value in checkpoints + initiators:
         if value >= rows:
-            raise InputError(w.where(1), f"checkpoint row {value} is past the last row ({rows - 1})")
-    plan = recompute_plan(checkpoints, initiators)
+            raise InputError(w.where(1), f"checkpoint row {value} is past {last_row}")
+    return recompute_plan(checkpoints, initiators)
+
+
+def _row_recompute(w: Workload, trace: ExecutionTrace) -> dict[int, list[int]]:
+    """FWD_IN_BCKWD recompute with the indices as rows of the whole file, as ASTRA-sim 1.0 and SimAI read them."""
+    rows = len(w.rows)
+    plan = _checked_recompute_plan(w, rows, f"the last row ({rows - 1})")
     if plan:
         described = "; ".join(f"before row {i}'s input gradient, rows {r[0]}..{r[-1]}" for i, r in plan.items())
         trace.assume(f"Activation recompute (FWD_IN_BCKWD): {described} run their forward again.")
-    else:
-        trace.assume("FWD_IN_BCKWD with no checkpoint initiators: nothing is recomputed.")
+    elif w.policy == "HYBRID_TRANSFORMER_FWD_IN_BCKWD":
+        trace.assume("FWD_IN_BCKWD with no row between a checkpoint and its initiator: nothing is recomputed.")
     return plan
 
 
