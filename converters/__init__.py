@@ -9,6 +9,9 @@ The small public API (see README "Use it from Python"):
     convert(inputs, output, to=None, **options)
 """
 
+# The validate subpackage is imported before the function of the same name: importing it
+# later (as api.validate does) would otherwise rebind `converters.validate` to the package.
+from . import validate as _validate_package  # noqa: F401
 from .api import convert, read, schedule, validate, write
 from .diagnostics import Diagnostics, InputError
 from .model import CollType, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank

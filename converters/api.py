@@ -17,7 +17,7 @@ from typing import Iterable
 
 from . import progress
 from .diagnostics import Diagnostics
-from .formats import detect, expand_inputs, input_format, output_format, resolve
+from .formats import detect, expand_inputs, input_format, output_format, refuse_overwriting_inputs, resolve
 from .model import ExecutionTrace
 from .options import Options
 
@@ -48,6 +48,7 @@ def read(
         trace.source.files = [p.name for p in paths]
     if not trace.source.sha256:
         trace.source.sha256 = sha256_of(paths)
+    diagnostics.list_assumptions(trace.assumptions)  # shown with -v
     return trace
 
 
@@ -68,7 +69,7 @@ def schedule(trace: ExecutionTrace, options: Options | None = None):
 
 
 def validate(trace: ExecutionTrace, options: Options | None = None):
-    """Findings about the trace (see `converters.validate`)."""
+    """Findings about the trace (the checks and their codes: the package `converters/validate/`)."""
     from .validate import run_checks
 
     return run_checks(trace, options or Options())
@@ -96,13 +97,11 @@ def write(
 def _gate_chakra_set(trace: ExecutionTrace, options: Options, diagnostics: Diagnostics) -> None:
     """Refuse to write a Chakra set a simulator would stall on (unless --force).
 
-    A set restored from an et-json dump is copied as it was, faults included: its findings
-    are only warned about, since refusing would make the dump impossible to restore.
+    A set restored from an et-json dump is gated like any other input: a faulty dump is
+    restored, faults included, only with --force.
     """
     from .validate import gate
 
-    if trace.metadata.get("chakra.verbatim"):
-        options = replace(options, force=True)
     gate(trace, options, diagnostics)
 
 
@@ -115,9 +114,14 @@ def convert(
     diagnostics: Diagnostics | None = None,
     **option_values,
 ) -> ExecutionTrace:
-    """Read `inputs` and write `output` in one call; returns the model that was written."""
+    """Read `inputs` and write `output` in one call; returns the model that was written.
+
+    An unusable output name, or one that would replace an input, fails before any reading.
+    """
     options = replace(options or Options(), **option_values)
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
-    trace = read(inputs, fmt, options, diagnostics)
+    paths = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
+    refuse_overwriting_inputs(paths, Path(output), output_format(to, Path(output)))
+    trace = read(paths, fmt, options, diagnostics)
     write(trace, output, to, options, diagnostics)
     return trace

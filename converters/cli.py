@@ -87,11 +87,11 @@ BwdFactor = Annotated[float, typer.Option(help="OptimusPrime: backward time = fa
 P2pBytes = Annotated[Optional[int], typer.Option(help="Bytes sent between stages when the input has none.")]
 Network = Annotated[Optional[Path], typer.Option(help="Network cost model (TOML).")]
 NetSet = Annotated[Optional[list[str]], typer.Option(
-    "--net", help="Network parameter KEY=VALUE or KIND.KEY=VALUE (bandwidth_gbps=50, tp.latency_ns=1000); "
-    "repeatable; wins over --network.")]
-Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="Say more (detected format, assumptions).")]
+    "--net", help="Network parameter KEY=VALUE, KIND.KEY=VALUE or size.N.KEY=VALUE (bandwidth_gbps=50, "
+    "tp.latency_ns=1000, size.8.chunks=2); repeatable; wins over --network.")]
+Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="Say more (detected format, every assumption made).")]
 Debug = Annotated[bool, typer.Option(help="Show tracebacks.")]
-Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No warnings or progress.")]
+Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No warnings, progress or iteration time.")]
 
 
 def _net_overrides(values: list[str] | None) -> dict[str, object]:
@@ -189,12 +189,9 @@ def convert_command(
     )
 
     def action(diagnostics: Diagnostics) -> int:
-        from .api import read, write
-        from .formats import output_format
+        from .api import convert
 
-        output_format(to, output)  # an unusable output name fails before any reading
-        trace = read(inputs, from_, options, diagnostics)
-        write(trace, output, to, options, diagnostics)
+        convert(inputs, output, to, from_, options, diagnostics)
         return 0
 
     raise typer.Exit(_run(action, debug, quiet, verbose))
@@ -207,7 +204,7 @@ def convert_command(
         "Exit code 0: no errors; 1: errors found; 2: unusable input.\n\n"
         "Examples:\n\n"
         "  et-convert validate samples/megatron_rank4_pp_tp2.log\n\n"
-        "  et-convert validate out/w.*.et --format json"
+        "  et-convert validate samples/chakra_model --format json"
     ),
 )
 def validate_command(

@@ -41,10 +41,18 @@ class _Kind:
 
 @dataclass
 class Diagnostics:
-    """Collects warnings by kind so each kind is reported once with a count."""
+    """Collects warnings by kind so each kind is reported once with a count.
+
+    Besides warnings: notes (only with -v), the trace's assumptions (only with -v, except those
+    that change numbers, which are warnings) and results (one-line answers such as the scheduled
+    iteration time, shown unless -q).
+    """
 
     kinds: dict[str, _Kind] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # shown only with -v
+    assumptions: list[str] = field(default_factory=list)  # the trace's, shown only with -v
+    results: list[str] = field(default_factory=list)
+    number_changing: set[str] = field(default_factory=set)  # assumptions already warned about
 
     def warn(self, kind: str, template: str, first: str = "", count: int = 1) -> None:
         """Count one occurrence (or `count` occurrences) of warning `kind`.
@@ -60,6 +68,19 @@ class Diagnostics:
     def note(self, message: str) -> None:
         self.notes.append(message)
 
+    def warn_assumption(self, sentence: str, where: str) -> None:
+        """Warn about an assumption that changes numbers (the caller also records it with
+        `trace.assume(sentence)`); -v does not list it a second time."""
+        self.number_changing.add(sentence)
+        self.warn(f"assumption:{sentence}", f"{where}: assumed: {sentence}")
+
+    def list_assumptions(self, sentences: list[str]) -> None:
+        """The trace's assumptions, for -v. The list itself is kept: later ones show too."""
+        self.assumptions = sentences
+
+    def result(self, message: str) -> None:
+        self.results.append(message)
+
     def messages(self) -> list[str]:
         # Plain replacement, not str.format: file names may contain braces.
         return [
@@ -74,3 +95,8 @@ class Diagnostics:
         if verbose:
             for message in self.notes:
                 print(f"et-convert: {message}", file=stream)
+            for sentence in self.assumptions:
+                if sentence not in self.number_changing:
+                    print(f"et-convert: assumed: {sentence}", file=stream)
+        for message in self.results:
+            print(f"et-convert: {message}", file=stream)

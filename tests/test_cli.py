@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 from conftest import run_cli
 
 import converters
@@ -68,3 +69,105 @@ def test_unknown_from_format_is_rejected(samples, tmp_path):
     result = run_cli(samples / "neusight_gpt2_block.tsv", "--from", "csv", "-o", tmp_path / "o.json")
     assert result.code == 2
     assert "unknown input format 'csv'" in result.stderr
+
+
+# ---------------------------------------------------------------- what a conversion says on stderr
+
+CHAKRA_DATA_ITERATION = (
+    "et-convert: iteration 46.076 ms (scheduled; slowest rank 0: compute 45.80 ms, exposed comm 0.28 ms, "
+    "idle 0.00 ms); et-convert stats for more"
+)
+
+
+def test_convert_prints_the_scheduled_iteration_in_one_line(samples, tmp_path):
+    result = run_cli(samples / "chakra_data", "-o", tmp_path / "cd.json")
+    assert result.code == 0, result.stderr
+    assert result.stderr.splitlines() == [CHAKRA_DATA_ITERATION]
+    # the same numbers `et-convert stats` prints
+    stats = orjson.loads(run_cli("stats", samples / "chakra_data", "--json").stdout)
+    assert stats["iteration_time_ns"] == 46_076_231
+    assert stats["ranks"]["0"]["exposed_comm_ns"] == 276_231
+
+
+def test_pftrace_output_prints_the_same_iteration_line(samples, tmp_path):
+    result = run_cli(samples / "chakra_data", "-o", tmp_path / "cd.pftrace")
+    assert result.code == 0, result.stderr
+    assert result.stderr.splitlines() == [CHAKRA_DATA_ITERATION]
+
+
+def test_quiet_silences_the_iteration_line(samples, tmp_path):
+    result = run_cli(samples / "chakra_data", "-o", tmp_path / "cd.json", "-q")
+    assert (result.code, result.stderr) == (0, "")
+    assert (tmp_path / "cd.json").exists()
+
+
+def test_measured_log_prints_no_iteration_line(samples, tmp_path):
+    result = run_cli(samples / "megatron_rank4_pp_tp2.log", "-o", tmp_path / "m.json")
+    assert result.code == 0, result.stderr
+    assert "iteration" not in result.stderr
+
+
+def test_chakra_output_prints_no_iteration_line(samples, tmp_path):
+    result = run_cli(samples / "chakra_data", "--to", "chakra", "-o", tmp_path / "w")
+    assert (result.code, result.stderr) == (0, "")
+
+
+def test_verbose_lists_every_assumption_once(samples, tmp_path):
+    out = tmp_path / "n.json"
+    result = run_cli(samples / "neusight_gpt2_block.tsv", "-o", out, "-v")
+    assert result.code == 0, result.stderr
+    assumptions = orjson.loads(out.read_bytes())["metadata"]["assumptions"]
+    assert len(assumptions) == 6
+    listed = [line for line in result.stderr.splitlines() if line.startswith("et-convert: assumed: ")]
+    assert listed == [f"et-convert: assumed: {sentence}" for sentence in assumptions]
+    assert "et-convert: assumed: Comm sizes are element counts of 4 bytes (--bytes-per-element)." in listed
+
+
+def test_assumptions_are_not_listed_without_verbose(samples, tmp_path):
+    result = run_cli(samples / "neusight_gpt2_block.tsv", "-o", tmp_path / "n.json")
+    assert result.code == 0, result.stderr
+    assert "assumed:" not in result.stderr
+
+
+def test_net_accepts_size_tables(samples, tmp_path):
+    out = tmp_path / "cd.json"
+    result = run_cli(samples / "chakra_data", "-o", out, "-q", "--net", "size.4.chunks=2", "--net", "size.4.latency_ns=700")
+    assert result.code == 0, result.stderr
+    network = orjson.loads(out.read_bytes())["metadata"]["network"]
+    assert network["size"] == {"4": {"chunks": 2, "latency_ns": 700.0}}
+    assert network["source"] == "built-in defaults + command line"
+    # 700 ns instead of 5 µs per step: the all-reduces of the 4 ranks take less time
+    assert orjson.loads(out.read_bytes())["metadata"]["summary"]["iteration_time_ns"] < 46_076_231
+
+
+def test_net_rejects_a_bad_size_table(samples, tmp_path):
+    out = tmp_path / "cd.json"
+    result = run_cli(samples / "chakra_data", "-o", out, "--net", "size.x.chunks=2")
+    assert (result.code, result.stderr) == (
+        2, "et-convert: error: network option size.x.chunks: expected size.N.KEY, N a member count of at least 1\n")
+    assert not out.exists()
+
+
+def test_an_output_over_an_input_is_refused_before_anything_is_written(tmp_path):
+    import shutil
+
+    from conftest import SAMPLES
+
+    chakra_set = tmp_path / "set"
+    shutil.copytree(SAMPLES / "chakra_data", chakra_set)
+    before = {p.name: p.read_bytes() for p in chakra_set.iterdir()}
+    target = chakra_set / "workload.0.et"
+    result = run_cli(chakra_set, "--to", "et-json", "-o", target)
+    assert result.code == 2
+    assert result.stderr.strip() == (
+        f"et-convert: error: {target}: cannot write over the input {target}; choose another output name"
+    )
+    assert {p.name: p.read_bytes() for p in chakra_set.iterdir()} == before
+
+
+def test_library_validate_stays_the_function_after_the_validate_package_is_used():
+    from conftest import SAMPLES
+
+    trace = converters.read(SAMPLES / "chakra_data")
+    assert converters.validate(trace) == []
+    assert converters.validate(trace) == []  # the package import inside must not rebind the name

@@ -85,9 +85,27 @@ def test_command_line_wins_over_the_file(tmp_path):
     assert net.params("dp").chunks == 3 and net.params("dp").latency_ns == 700
 
 
-def test_sample_network_file_loads():
-    for sample in sorted((ROOT / "samples").glob("network_*.toml")):
-        load_network(sample)
+def test_sample_network_files_load_their_values():
+    ring = load_network(ROOT / "samples" / "network_astra_ring8.toml")
+    assert ring.origin == "network_astra_ring8.toml"
+    calibrated = {"bandwidth_gbps": 50.0, "latency_ns": 500.0, "chunks": 4, "algorithm": "ring",
+                  "endpoint_delay_ns": 10.0, "local_mem_gbps": 1600.0}
+    for kind in ("default", "tp", "dp", "ep"):  # [default] replaces the built-in NVLink values too
+        assert ring.params(kind).as_dict() == calibrated
+
+    h100 = load_network(ROOT / "samples" / "network_h100_cluster.toml")
+    assert h100.params("tp").as_dict() == {"bandwidth_gbps": 400.0, "latency_ns": 1000.0, "chunks": 1,
+                                           "algorithm": "ring", "endpoint_delay_ns": 10.0, "local_mem_gbps": 1600.0}
+    assert (h100.params("ep").bandwidth_gbps, h100.params("ep").latency_ns) == (400.0, 1000.0)
+    assert (h100.params("pp").bandwidth_gbps, h100.params("pp").latency_ns) == (50.0, 3000.0)
+    assert (h100.params("dp").bandwidth_gbps, h100.params("dp").latency_ns) == (50.0, 5000.0)
+    assert "size" not in h100.describe()  # its [size.8] example is commented out
+
+
+def test_default_table_replaces_the_builtin_nvlink_values_of_tp_and_ep(tmp_path):
+    net = load_network(write(tmp_path, "[default]\nbandwidth_gbps = 25\n"))
+    assert net.params("tp").bandwidth_gbps == 25 and net.params("ep").bandwidth_gbps == 25
+    assert net.params("tp").latency_ns == 1000  # keys [default] does not set stay built-in
 
 
 @pytest.mark.parametrize("text,where,message", [
@@ -116,8 +134,15 @@ def test_missing_file(tmp_path):
 
 
 def test_bad_override():
-    with pytest.raises(InputError, match="unknown group kind 'nvlink'"):
+    with pytest.raises(InputError, match="unknown group kind 'nvlink'; expected one of default, tp, dp, pp, ep, "
+                                         "dp_ep, all or size.N"):
         parse_overrides({"nvlink.latency_ns": "1"})
+    for name in ("size.0.chunks", "size.eight.chunks", "size..chunks"):
+        with pytest.raises(InputError) as error:
+            parse_overrides({name: "2"})
+        assert error.value.message == f"network option {name}: expected size.N.KEY, N a member count of at least 1"
+    with pytest.raises(InputError, match="network option size.8.latency: unknown key 'latency'"):
+        parse_overrides({"size.8.latency": "1"})
     with pytest.raises(InputError, match="bandwidth_gbps must be greater than 0"):
         parse_overrides({"bandwidth_gbps": "0"})
 
@@ -158,3 +183,19 @@ def test_bad_size_tables(tmp_path, text, where, message):
         load_network(path)
     assert error.value.where == f"{path}{where}"
     assert message in error.value.message
+
+
+def test_size_overrides_on_the_command_line(tmp_path):
+    assert parse_overrides({"size.8.chunks": "2", "size.08.latency_ns": "700", "tp.chunks": "3"}) == {
+        "size": {"8": {"chunks": 2, "latency_ns": 700.0}}, "tp": {"chunks": 3}}
+    path = write(tmp_path, "[size.8]\nbandwidth_gbps = 300\nchunks = 4\n[dp]\nlatency_ns = 900\n")
+    net = load_network(path, {"size.8.chunks": "2", "size.16.bandwidth_gbps": "10", "dp.chunks": "5"})
+    assert net.params("pp", 8).chunks == 2  # the command line's size table wins over the file's
+    assert net.params("pp", 8).bandwidth_gbps == 300  # keys it does not set come from the file
+    assert net.params("dp", 8).latency_ns == 900  # the file's kind table wins over the file's size table
+    assert load_network(path, {"size.8.latency_ns": "600"}).params("dp", 8).latency_ns == 600  # the command line first
+    assert net.params("dp", 8).chunks == 5  # the command line's kind wins over its size table
+    assert net.params("pp", 16).bandwidth_gbps == 10  # a size only the command line names
+    assert net.params("pp", 4).chunks == 1
+    assert net.describe()["size"] == {"8": {"bandwidth_gbps": 300.0, "chunks": 2},
+                                      "16": {"bandwidth_gbps": 10.0}}

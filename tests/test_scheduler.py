@@ -225,10 +225,19 @@ def test_dependency_cycle_and_missing_dependency():
     assert "node 99 does not exist" in str(stalled.value)
 
 
-def test_deadlock_is_an_input_error_for_the_cli():
-    from converters.diagnostics import InputError
+def test_deadlock_is_an_input_error_for_the_cli(cli, tmp_path):
+    from converters.api import write
+    from converters.options import Options
 
-    assert issubclass(Deadlock, InputError)
+    trace = trace_of({0: [coll(0, CollType.ALL_REDUCE, 10, name="grad sync")], 1: [compute(0, 5)]})
+    write(trace, tmp_path / "w", to="chakra", options=Options(force=True))  # the validator would refuse it
+    out = tmp_path / "w.json"
+    done = cli(tmp_path, "-o", out)  # a timeline needs the scheduler
+    assert (done.code, done.stderr.splitlines()[-1]) == (2, (
+        'et-convert: error: deadlock · rank 0 waits in all ranks seq 0 ALL_REDUCE (node 0 "grad sync") '
+        "for rank 1 · rank 1 finished without issuing it"))
+    assert "Traceback" not in done.stderr
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------- determinism and roles

@@ -91,3 +91,20 @@ def test_deadlock_through_the_cli(cli, tmp_path):
     assert done.stderr.strip().splitlines()[-1] == (
         'et-convert: error: deadlock · rank 0 waits in all ranks seq 0 ALL_REDUCE (node 0 "grad sync") '
         "for rank 1 · rank 1 finished without issuing it")
+
+
+def test_headline_names_the_slowest_rank_in_one_unit():
+    from converters.scheduler.summary import headline
+
+    summary = {"iteration_time_ns": 14_980_000_000, "ranks": {
+        "0": {"finish_ns": 14_980_000_000, "compute_ns": 7_080_000_000, "exposed_comm_ns": 850_000_000,
+              "idle_ns": 7_050_000_000},
+        "1": {"finish_ns": 14_000_000_000, "compute_ns": 14_000_000_000, "exposed_comm_ns": 0, "idle_ns": 0},
+        "2": {"finish_ns": 14_980_000_000, "compute_ns": 1, "exposed_comm_ns": 0, "idle_ns": 14_979_999_999},
+    }}
+    assert headline(summary) == ("iteration 14.980 s (scheduled; slowest rank 0: compute 7.08 s, exposed comm "
+                                 "0.85 s, idle 7.05 s); et-convert stats for more")
+    small = {"iteration_time_ns": 900, "ranks": {"3": {"finish_ns": 900, "compute_ns": 600, "exposed_comm_ns": 300,
+                                                       "idle_ns": 0}}}
+    assert headline(small) == ("iteration 900 ns (scheduled; slowest rank 3: compute 600 ns, exposed comm "
+                               "300 ns, idle 0 ns); et-convert stats for more")

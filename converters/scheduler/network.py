@@ -2,9 +2,9 @@
 
 Parameters come per group kind (`tp`, `dp`, `pp`, `ep`, `dp_ep`, `all`) or per group size
 (`[size.8]`: groups of 8 members) with a `default` behind them. Each key is looked up on the
-command line (`--net KIND.key=`, then `--net key=`), then in the TOML file (`[kind]`, then
-`[size.N]`, then `[default]`), then in the built-in values for the kind; the first one found
-wins. Size tables apply to collectives, not to point-to-point transfers.
+command line (`--net KIND.key=`, then `--net size.N.key=`, then `--net key=`), then in the TOML
+file (`[kind]`, then `[size.N]`, then `[default]`), then in the built-in values for the kind;
+the first one found wins. Size tables apply to collectives, not to point-to-point transfers.
 
     [default]                 # across nodes
     bandwidth_gbps = 50       # per rank and direction, GB/s as ASTRA-sim reads it (GB = 2^30 B)
@@ -108,8 +108,8 @@ def table_of(kind: str | None) -> str:
 class Network:
     """Link parameters per group kind and size, and the cost functions over them (integer ns).
 
-    `tables` come from the file: "default", kind names, and "size" -> {members: {...}};
-    `command_line` has "default" and kind names. See the module docstring for the order.
+    `tables` (from the file) and `command_line` both hold "default", kind names, and "size" ->
+    {members: {...}}. See the module docstring for the order.
     """
 
     def __init__(self, tables: Mapping[str, Any] | None = None, origin: str = "built-in defaults",
@@ -117,7 +117,9 @@ class Network:
         self.origin = origin
         self._file = dict(tables or {})
         self._cli = dict(command_line or {})
-        self._sizes = {int(n): values for n, values in self._file.get("size", {}).items()}
+        self._file_sizes = _size_tables(self._file)
+        self._cli_sizes = _size_tables(self._cli)
+        self._sizes = sorted(set(self._file_sizes) | set(self._cli_sizes))
         self._resolved: dict[tuple[str, int | None], LinkParams] = {}
         self._cache: dict[tuple, int] = {}
 
@@ -129,12 +131,10 @@ class Network:
         params = self._resolved.get(key)
         if params is None:
             params = BUILTIN.get(table, NETWORK_DEFAULT)
-            layers = [self._file.get("default", {})]
-            if size is not None:
-                layers.append(self._sizes[size])
+            layers = [self._file.get("default", {}), self._file_sizes.get(size, {})]
             if table != "default":
                 layers.append(self._file.get(table, {}))
-            layers.append(self._cli.get("default", {}))
+            layers += [self._cli.get("default", {}), self._cli_sizes.get(size, {})]
             if table != "default":
                 layers.append(self._cli.get(table, {}))
             for layer in layers:
@@ -148,7 +148,7 @@ class Network:
         for table in TABLES:
             out[table] = self.params(table).as_dict()
         if self._sizes:
-            out["size"] = {str(n): dict(values) for n, values in sorted(self._sizes.items())}
+            out["size"] = {str(n): {**self._file_sizes.get(n, {}), **self._cli_sizes.get(n, {})} for n in self._sizes}
         return out
 
     def collective_ns(self, coll: CollType | None, size: int, members: int, kind: str | None) -> int:
@@ -165,6 +165,11 @@ class Network:
             p = self.params(kind or "pp")
             cached = self._cache[key] = round(p.latency_ns + size / (p.bandwidth_gbps * _GIB_PER_GB))
         return cached
+
+
+def _size_tables(tables: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
+    """The `size` tables keyed by member count."""
+    return {int(n): values for n, values in tables.get("size", {}).items()}
 
 
 # collective -> (steps(n), message as a fraction of a chunk(n), reductions(n)) for the ring
@@ -267,19 +272,31 @@ def _checked_table(where: str, text: str, table: str, values: dict) -> dict[str,
 
 
 def parse_overrides(overrides: Mapping[str, object]) -> dict[str, dict[str, Any]]:
-    """`{"bandwidth_gbps": "50", "tp.latency_ns": 1000}` -> {"default": {...}, "tp": {...}}."""
+    """`{"bandwidth_gbps": "50", "tp.latency_ns": 1000, "size.8.chunks": "2"}` ->
+    {"default": {...}, "tp": {...}, "size": {"8": {...}}}, the shape of a network file."""
     tables: dict[str, dict[str, Any]] = {}
     for name, raw in overrides.items():
         table, _, key = name.rpartition(".")
-        table = table or "default"
-        if table not in TABLES:
-            raise InputError(None, f"network option {name}: unknown group kind {table!r}; expected one of {', '.join(TABLES)}")
+        values = _override_table(tables, name, table or "default")
         value = _from_text(raw) if isinstance(raw, str) and key != "algorithm" else raw
         try:
-            tables.setdefault(table, {})[key] = check_value(key, value)
+            values[key] = check_value(key, value)
         except ValueError as e:
             raise InputError(None, f"network option {name}: {e}") from None
     return tables
+
+
+def _override_table(tables: dict[str, dict[str, Any]], name: str, table: str) -> dict[str, Any]:
+    """The table of `tables` an override named `name` sets: a kind's, "default", or `size.N`'s."""
+    if table.startswith("size."):
+        members = table.removeprefix("size.")
+        if not members.isdigit() or int(members) < 1:
+            raise InputError(None, f"network option {name}: expected size.N.KEY, N a member count of at least 1")
+        return tables.setdefault("size", {}).setdefault(str(int(members)), {})
+    if table not in TABLES:
+        raise InputError(None, f"network option {name}: unknown group kind {table!r}; "
+                               f"expected one of {', '.join(TABLES)} or size.N")
+    return tables.setdefault(table, {})
 
 
 def check_value(key: str, value: Any) -> Any:

@@ -152,3 +152,24 @@ def _category(engine: Engine, r: int, node) -> str:
     if node.is_comm:
         return engine.kind_of(engine.ranks[r].group_of(node), node)
     return "other"
+
+
+def headline(summary: dict[str, Any]) -> str:
+    """The summary in one line, for the converter to print after writing a scheduled timeline:
+    the iteration time and where the slowest rank's time went (lowest rank among equals)."""
+    iteration = summary["iteration_time_ns"]
+    rank, row = max(summary["ranks"].items(), key=lambda kv: (kv[1]["finish_ns"], -int(kv[0])))
+    unit, scale = _unit_for(iteration)
+    whole = unit == "ns"  # integer ns need no decimals
+    parts = ", ".join(f"{label} {row[field] / scale:.{0 if whole else 2}f} {unit}" for label, field in
+                      (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("idle", "idle_ns")))
+    return (f"iteration {iteration / scale:.{0 if whole else 3}f} {unit} (scheduled; slowest rank {rank}: {parts}); "
+            "et-convert stats for more")
+
+
+def _unit_for(ns: int) -> tuple[str, float]:
+    """The largest unit in which `ns` is at least 1 (ns below 1 µs)."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return unit, scale
+    return "ns", 1.0
