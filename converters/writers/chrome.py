@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import math
 import operator
+from collections import Counter
 from itertools import compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -75,8 +76,10 @@ def estimated_json_bytes(plan: Plan) -> int:
     for process in plan.processes:
         if sample_slices >= SIZE_SAMPLE_SLICES:
             break
-        sample_bytes += len(encoder.process_bytes(process))
-        sample_slices += process.slice_count
+        # a log's process can have 100,000s of slices: print only what the sample still needs
+        wanted = min(process.slice_count, SIZE_SAMPLE_SLICES - sample_slices)
+        sample_bytes += len(encoder.process_bytes(process, wanted))
+        sample_slices += wanted
     if not sample_slices:
         return metadata_bytes
     return metadata_bytes + plan.slice_count * sample_bytes // sample_slices
@@ -87,8 +90,13 @@ def write_plan(plan: Plan, out: BinaryIO) -> None:
     with paused_gc():
         out.write(orjson.dumps(metadata_events(plan))[1:-1])
         encoder = _SliceEncoder()
+        left = Counter(id(process.layout) for process in plan.processes)  # processes still to print per layout
         for process in plan.processes:
             out.write(encoder.process_bytes(process))
+            process.release()  # one process's args at a time (a log has a dict per node)
+            left[id(process.layout)] -= 1
+            if not left[id(process.layout)]:
+                encoder.finished(process.layout)
     out.write(b'],"displayTimeUnit":"ms","metadata":')
     out.write(metadata_json(plan))
     out.write(b"}\n")
@@ -122,7 +130,8 @@ class _SliceEncoder:
 
     def __init__(self) -> None:
         self.name_text: dict[str, bytes] = {}  # name -> `"N","args":`
-        self.args_text: dict[int, bytes] = {}  # id(args) -> `{...}` (the plan keeps every args dict alive)
+        self.args_text: dict[int, bytes] = {}  # id(args) -> `{...}`
+        self.args_kept: list[dict[str, Any]] = []  # the dicts of args_text: a freed dict's id could be reused
         self.args_bytes = 0  # size of the texts in args_text
         self.durations = _Durations()
         # the previous process's (layout, names or args in drawing order, their texts): the
@@ -130,23 +139,29 @@ class _SliceEncoder:
         self.last_names: tuple | None = None
         self.last_args: tuple | None = None
 
-    def process_bytes(self, process: Process) -> bytes:
+    def process_bytes(self, process: Process, limit: int | None = None) -> bytes:
+        """The X events of a process; with `limit`, of its first `limit` slices only (a sample)."""
         layout = process.layout
-        n = len(layout.starts)
+        every = len(layout.starts)
+        n = every if limit is None else min(limit, every)
         if not n:
             return b""
         heads = layout.cache.get("chrome")
         if heads is None:
             heads = layout.cache["chrome"] = self.layout_heads(layout)
-        names = self.names(process)
-        args = self.args(process)
+        if n == every:
+            names, args = self.names(process), self.args(process)
+        else:
+            heads, names, args = heads[:n], self.names(process)[:n], self.sample_args(process, n)
         tails = [_END] * n
         if process.flows:
             drawn_index = layout.cache.get("drawn_index")
             if drawn_index is None:
                 drawn_index = layout.cache["drawn_index"] = _drawn_index(layout)
             for i, code in process.flows.items():
-                tails[drawn_index[i]] = _FLOW_TEXT[code & 3] % (code >> 2)  # see layout_chrome.flow_of
+                j = drawn_index[i]
+                if j < n:
+                    tails[j] = _FLOW_TEXT[code & 3] % (code >> 2)  # see layout_chrome.flow_of
         pid = b"%d" % process.pid
         parts: list[bytes] = [b""] * (6 * n)
         parts[0::6] = [_LEAD] * n
@@ -156,6 +171,21 @@ class _SliceEncoder:
         parts[4::6] = args
         parts[5::6] = tails
         return b"".join(parts)
+
+    def finished(self, layout) -> None:
+        """Free what was encoded for a layout no later process has (each rank of a log has its own).
+
+        Its args texts too: args carry the stage, so other layouts rarely share them.
+        """
+        layout.cache.pop("chrome", None)
+        layout.cache.pop("drawn_index", None)
+        self.last_names = self.last_args = None
+        self.forget_args_texts()
+
+    def forget_args_texts(self) -> None:
+        self.args_text.clear()
+        self.args_kept.clear()
+        self.args_bytes = 0
 
     def layout_heads(self, layout) -> list[bytes]:
         """`SSS,"ts":T,"dur":D,"name":` of every slice of a layout, in drawing order."""
@@ -186,28 +216,37 @@ class _SliceEncoder:
         # cache that starts over when large keeps the hits and bounds the memory (group
         # member lists can make one args text kilobytes long).
         if self.args_bytes > ARGS_CACHE_BYTES:
-            self.args_text.clear()
-            self.args_bytes = 0
-
-        def encode(a: dict[str, Any]) -> bytes:
-            # a copy: orjson's own result keeps its whole write buffer (kilobytes) allocated
-            text = bytes(memoryview(orjson.dumps(a)))
-            self.args_bytes += len(text)
-            return text
+            self.forget_args_texts()
 
         layout, last = process.layout, self.last_args
         args = layout.drawn(process.slice_args)
         if last is None or last[0] is not layout:
-            texts = _lookup(self.args_text, list(map(id, args)), args, encode)
+            texts = self.args_texts(args)
         else:
             # only where this rank's args differ from the previous rank's
             texts = list(last[2])
             differ = list(compress(count(), map(operator.is_not, args, last[1])))
             changed = [args[j] for j in differ]
-            for j, text in zip(differ, _lookup(self.args_text, list(map(id, changed)), changed, encode)):
+            for j, text in zip(differ, self.args_texts(changed)):
                 texts[j] = text
         self.last_args = (layout, args, texts)
         return texts
+
+    def sample_args(self, process: Process, n: int) -> list[bytes]:
+        """Texts of the args of the first `n` slices in drawing order (nothing remembered for the next rank)."""
+        order = process.layout.order
+        args = process.slice_args
+        return self.args_texts(args[:n] if order is None else [args[i] for i in order[:n]])
+
+    def args_texts(self, args: list[dict[str, Any]]) -> list[bytes]:
+        def encode(a: dict[str, Any]) -> bytes:
+            # a copy: orjson's own result keeps its whole write buffer (kilobytes) allocated
+            text = bytes(memoryview(orjson.dumps(a)))
+            self.args_bytes += len(text)
+            self.args_kept.append(a)
+            return text
+
+        return _lookup(self.args_text, list(map(id, args)), args, encode)
 
 
 def _lookup(cache: dict, keys: list, values: list, encode) -> list[bytes]:

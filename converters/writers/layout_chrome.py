@@ -47,12 +47,14 @@ drawn when the ranks' clocks are unrelated (measured scaling-mode logs, see `one
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import math
 import operator
+from array import array
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import Any, Callable
 
 from ..diagnostics import Diagnostics, UsageError
 from ..model import ExecutionTrace, NodeKind, Rank
@@ -128,8 +130,44 @@ class Process:
     args: dict[str, Any]
     layout: Layout
     names: list[str]  # slice name per position
-    slice_args: list[dict[str, Any]]  # args per position; dicts shared between slices and ranks: never modify
-    flows: dict[int, int] = field(default_factory=dict)  # position -> flow id << 2 | FLOW_OUT/IN/STEP (see `flow_of`)
+    make_args: Callable[[], list[dict[str, Any]]]  # builds `slice_args`
+    flow_pairs: array = field(default_factory=lambda: array("q"))  # position, code, position, code ... (see `flows`)
+    made_args: list[dict[str, Any]] | None = None
+    made_flows: dict[int, int] | None = None
+
+    @property
+    def slice_args(self) -> list[dict[str, Any]]:
+        """Args per position; dicts shared between slices and ranks: never modify.
+
+        Built when first asked for and kept until `release`: a log's args are a dict per
+        node and most of a plan's memory, so a writer that prints one process at a time
+        holds them for that process only.
+        """
+        if self.made_args is None:
+            self.made_args = self.make_args()
+        return self.made_args
+
+    @property
+    def flows(self) -> dict[int, int]:
+        """Position -> flow id << 2 | FLOW_OUT/IN/STEP (see `flow_of`), built from `flow_pairs`
+        when first asked for (a dict costs about 100 B per flow, the pairs 16)."""
+        if self.made_flows is None:
+            pairs = iter(self.flow_pairs)
+            self.made_flows = dict(zip(pairs, pairs))
+        return self.made_flows
+
+    def flow_codes(self) -> array:
+        """The `flows` value per position, 0 for none: 8 B a slice, for a writer that keeps every process."""
+        codes = array("q", bytes(8 * self.slice_count))
+        pairs = self.flow_pairs
+        for k in range(0, len(pairs), 2):
+            codes[pairs[k]] = pairs[k + 1]
+        return codes
+
+    def release(self) -> None:
+        """Free the args and flows once printed; asking again builds equal ones."""
+        self.made_args = None
+        self.made_flows = None
 
     @property
     def threads(self) -> list[Thread]:
@@ -315,6 +353,7 @@ def plan_trace(
     with paused_gc():
         processes = [planner.place_rank(trace.ranks[r]) for r in drawn]
         flow_count = planner.assign_flows() if one_clock(trace, timeline) else 0
+        planner.forget_comm()  # the processes keep the planner to build their args later
     beside = measured_vs_modelled_process(trace, timeline, shift)
     if beside is not None:
         processes.append(beside)
@@ -357,7 +396,7 @@ def measured_vs_modelled_process(trace: ExecutionTrace, timeline: Timeline, shif
         args={"what": f"the log's measured {reference['what']} beside the modelled iteration"},
         layout=Layout(order=None if order == list(range(len(order))) else order, slots=[s[0] for s in slices],
                       starts=starts, ends=ends, threads=[(1, "modelled"), (2, "measured")]),
-        names=[s[3] for s in slices], slice_args=[s[4] for s in slices],
+        names=[s[3] for s in slices], make_args=lambda: [s[4] for s in slices],
     )
 
 
@@ -401,14 +440,15 @@ class _Template:
     """What a node list looks like on every rank that runs it (ranks may share one list).
 
     Rank-specific parts (group labels, peers, the stage, collective threads, times) are
-    filled in per rank; everything else is computed once per list.
+    filled in per rank; everything else is computed once per list. The args are kept only
+    while a rank drawn with this list still has to build its own (`users`).
     """
 
     def __init__(self, nodes, draw_waits: bool):
         self.nodes = nodes
         n = len(nodes)
         self.names: list[str | None] = [None] * n  # None: depends on the rank (comm node without a name)
-        self.base_args: list[dict[str, Any]] = [node_args(node) for node in nodes]
+        comm_names: dict[tuple[str, int], str] = {}  # one string per distinct name and size
         self.threads: list[str | None] = [None] * n  # None: a collective's thread follows its group kind
         # comm nodes keyed by what a rank remaps: the group id; (kind, peer, tag) for send/recv
         self.collectives: dict[int | None, list[int]] = {}
@@ -419,12 +459,12 @@ class _Template:
                 self.collectives.setdefault(node.group, []).append(i)
                 self.threads[i] = node.stream or None
                 if node.name:
-                    self.names[i] = comm_name(node.name, node.size)
+                    self.names[i] = _shared_comm_name(comm_names, node)
             elif kind == NodeKind.SEND or kind == NodeKind.RECV:
                 self.p2p.setdefault((kind, node.peer, node.tag), []).append(i)
                 self.threads[i] = node.stream or ("pp send" if kind == NodeKind.SEND else "pp recv")
                 if node.name:
-                    self.names[i] = comm_name(node.name, node.size)
+                    self.names[i] = _shared_comm_name(comm_names, node)
             else:
                 self.threads[i] = node.stream or "compute"
                 self.names[i] = node.name or f"node {node.id}"
@@ -433,20 +473,45 @@ class _Template:
         self.wait_args = [args for _, _, args in self.waits]
         self.parents = parent_positions(nodes) + [p for p, _, _ in self.waits]
         self.has_parents = any(p >= 0 for p in self.parents)
+        # (id(starts), id(ends)) -> [(starts, ends, thread kinds, layout)]: ranks with the same times share a layout
+        self.layouts: dict[tuple[int, int], list[tuple]] = {}
+        self.users = 0  # drawn ranks with this node list whose args are not built yet
+        self.forget_args()
+
+    def forget_args(self) -> None:
+        """Drop the args built so far (equal ones are built again if asked)."""
+        self.base_args: list[dict[str, Any]] | None = None
         self.stage_args: dict[int | None, list[dict[str, Any]]] = {}
         # args with the rank-specific part merged in, shared by ranks that map to the same values
         self.coll_args: dict[tuple, list[dict[str, Any]]] = {}  # (stage, raw group, group) -> per position
         self.p2p_args: dict[tuple, dict[str, Any]] = {}  # (stage, index, peer, group) -> args
-        # (id(starts), id(ends)) -> [(starts, ends, thread kinds, layout)]: ranks with the same times share a layout
-        self.layouts: dict[tuple[int, int], list[tuple]] = {}
 
     def args_with_stage(self, stage: int | None) -> list[dict[str, Any]]:
         """Rank-independent args plus the stage (shared by every rank of that stage)."""
         found = self.stage_args.get(stage)
         if found is None:
-            found = self.base_args if stage is None else [{**base, "stage": stage} for base in self.base_args]
+            if self.base_args is None:
+                self.base_args = [node_args(node) for node in self.nodes]
+            found = self.base_args if stage is None else [with_stage(base, stage) for base in self.base_args]
             self.stage_args[stage] = found
         return found
+
+
+def with_stage(args: dict[str, Any], stage: int) -> dict[str, Any]:
+    """`args` plus the stage; `args` itself when it already says that stage (log nodes do)."""
+    current = args.get("stage")
+    if current == stage and type(current) is type(stage):  # True == 1, but prints differently
+        return args
+    return {**args, "stage": stage}
+
+
+def _shared_comm_name(names: dict[tuple[str, int], str], node) -> str:
+    """`comm_name` of the node, one string for all nodes with the same name and size."""
+    key = (node.name, node.size)
+    name = names.get(key)
+    if name is None:
+        name = names[key] = comm_name(node.name, node.size)
+    return name
 
 
 def receive_waits(nodes) -> list[tuple[int, int, dict[str, Any]]]:
@@ -494,7 +559,7 @@ class _Planner:
         self.sends: dict[tuple, list[int]] = {}  # (src, dst, tag) -> sends
         self.recvs: dict[tuple, list[int]] = {}  # (src, dst, tag) -> receives
         self.instances: dict[int | None, list[list[int]]] = {}  # group -> k -> members of the k-th collective
-        self.flows_of_pid: dict[int, dict[int, int]] = {}  # pid -> its Process.flows
+        self.flows_of_pid: dict[int, array] = {}  # pid -> its Process.flow_pairs
 
     def template(self, nodes) -> _Template:
         found = self.templates.get(id(nodes))
@@ -521,13 +586,12 @@ class _Planner:
             p2p = _remap(p2p, lambda key: (key[0], key[1] if key[1] is None else pmap.get(key[1], key[1]), key[2]))
         bases = self.base_threads(tpl, collectives)
         layout = self.layout(tpl, starts, ends, bases, rank.rank)
-        args = self.rank_args(tpl, rank, p2p)
         names = tpl.names
         if None in names:  # comm nodes without a name: named from this rank's group or peer
             names = [name if name is not None else slice_name(self.trace, rank, node) for name, node in zip(names, nodes)]
         if tpl.waits:
             names = names + [waiting_name(rank.peer_of(nodes[p])) for p, _, _ in tpl.waits]
-            args = args + tpl.wait_args
+        tpl.users += 1
         process = Process(
             rank=rank.rank,
             pid=pid,
@@ -535,7 +599,7 @@ class _Planner:
             args={"rank": rank.rank, **{k: v for k, v in sorted(rank.coords.items())}},
             layout=layout,
             names=names,
-            slice_args=args,
+            make_args=lambda: self.slice_args(tpl, rank, p2p),
         )
         self.collect_comm(rank.rank, process, collectives, p2p)
         return process
@@ -585,6 +649,16 @@ class _Planner:
         )
 
     # -- args
+
+    def slice_args(self, tpl: _Template, rank: Rank, p2p: dict) -> list[dict[str, Any]]:
+        """Args of every slice of this rank: its nodes', then its receives' waiting parts."""
+        args = self.rank_args(tpl, rank, p2p)
+        if tpl.waits:
+            args = args + tpl.wait_args
+        tpl.users -= 1
+        if tpl.users <= 0:  # no other rank will share them: free them with this rank's
+            tpl.forget_args()
+        return args
 
     def rank_args(self, tpl: _Template, rank: Rank, p2p: dict) -> list[dict[str, Any]]:
         """Args of every node on this rank.
@@ -638,7 +712,7 @@ class _Planner:
         layout = process.layout
         starts, slots = layout.starts, layout.slots
         base = process.pid * TID_STRIDE
-        self.flows_of_pid[process.pid] = process.flows
+        self.flows_of_pid[process.pid] = process.flow_pairs
         for gid, positions in collectives.items():
             instances = self.instances.get(gid)
             if instances is None:
@@ -659,7 +733,7 @@ class _Planner:
 
     def set_flow(self, comm: int, flow: int, direction: int) -> None:
         tid, i = comm >> _POSITION_BITS & _TID_MASK, comm & _POSITION_MASK
-        self.flows_of_pid[tid // TID_STRIDE][i] = flow << 2 | direction
+        self.flows_of_pid[tid // TID_STRIDE].extend((i, flow << 2 | direction))
 
     def assign_flows(self) -> int:
         """Flow ids and directions on the collected comm slices (all between drawn ranks)."""
@@ -685,6 +759,10 @@ class _Planner:
         if next_id > MAX_FLOW_ID:
             raise ValueError("more than 2^53 flows")
         return next_id - 1
+
+    def forget_comm(self) -> None:
+        """Drop the comm slices collected for the flows."""
+        self.sends, self.recvs, self.instances, self.flows_of_pid = {}, {}, {}, {}
 
 
 # A comm slice waiting for its flow is one int, start << 72 | tid << 32 | position: it sorts
@@ -797,13 +875,19 @@ def comm_name(name: str, size: int) -> str:
     return f"{name} {format_bytes(size)}" if size > 0 else name
 
 
+@functools.cache
+def op_name(coll) -> str:
+    """`all_reduce` for CollType.ALL_REDUCE: one string per type, not one per node."""
+    return coll.name.lower()
+
+
 def node_args(node) -> dict[str, Any]:
     """Args that are the same for every rank sharing this node."""
     args: dict[str, Any] = {"node": node.id}
     if node.is_comm:
         args["bytes"] = node.size
         if node.coll is not None:
-            args["op"] = node.coll.name.lower()
+            args["op"] = op_name(node.coll)
         if node.tag is not None:
             args["tag"] = node.tag
     if node.microbatch is not None:

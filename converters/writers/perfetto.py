@@ -144,17 +144,18 @@ class _Member:
     """A process being written: its pid bytes, and which of its begins its layout's shared
     packets do not describe (`own`: 1 per position with a flow, or a name or args of its own)."""
 
-    __slots__ = ("process", "pid", "own")
+    __slots__ = ("process", "pid", "own", "flows")
 
     def __init__(self, process: Process, reference: Process | None):
         self.process = process
         self.pid = pid_bytes(process.pid)
+        self.flows = process.flow_codes()  # 8 B a slice: every process is kept while writing
         n = process.slice_count
         if reference is None:
             self.own = b"\x01" * n
             return
         own = bytearray(n)
-        for i in process.flows:
+        for i in process.flow_pairs[::2]:  # positions with a flow
             own[i] = 1
         for mine, theirs in ((process.names, reference.names), (process.slice_args, reference.slice_args)):
             if mine is not theirs:
@@ -183,7 +184,7 @@ class _EventEncoder:
             if shared is not None and not (kind and own[i]):
                 before, after = shared[j]
             elif kind:
-                before, after = self.own_begin(process, stamp, slot, i)
+                before, after = self.own_begin(member, stamp, slot, i)
             else:
                 before, after = packet_pieces(stamp, _END_TYPE, varint(slot))
             buffer += (before, pid, after)
@@ -191,16 +192,17 @@ class _EventEncoder:
     def new_timestamp(self) -> None:
         self.at_stamp.clear()
 
-    def own_begin(self, process: Process, stamp: bytes, slot: int, i: int) -> tuple[bytes, bytes]:
+    def own_begin(self, member: _Member, stamp: bytes, slot: int, i: int) -> tuple[bytes, bytes]:
         """A begin as this rank has it: its own args or flow.
 
         The ranks of a group have the same args and a flow of the same direction at the same
         time, and their packets are written one after the other: all but the flow id is
         encoded once per timestamp (`at_stamp`).
         """
+        process = member.process
         name, args = process.names[i], process.slice_args[i]
-        code = process.flows.get(i)
-        tag = b"" if code is None else _TERMINATING_FLOW_IDS if flow_of(code)[1] == FLOW_IN else _FLOW_IDS
+        code = member.flows[i]
+        tag = b"" if not code else _TERMINATING_FLOW_IDS if flow_of(code)[1] == FLOW_IN else _FLOW_IDS
         key = (slot, name, id(args), tag)
         found = self.at_stamp.get(key)
         if found is None:
@@ -209,7 +211,7 @@ class _EventEncoder:
             before = packet_pieces(stamp, self.begin_head(name, args), middle + flow_size)[0]
             found = self.at_stamp[key] = (before, middle)
         before, middle = found
-        if code is None:
+        if not code:
             return before, middle + _FLAGS
         return before, middle + struct.pack("<Q", flow_of(code)[0]) + _FLAGS
 
