@@ -120,7 +120,7 @@ def convert(
     """
     options = replace(options or Options(), **option_values)
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
-    paths = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
+    paths = _as_paths(inputs)
     refuse_overwriting_inputs(paths, Path(output), output_format(to, Path(output)))
     trace = read(paths, fmt, options, diagnostics)
     write(trace, output, to, options, diagnostics)

@@ -80,9 +80,10 @@ def expand_inputs(inputs: list[str | Path]) -> list[Path]:
     return files
 
 
-def refuse_overwriting_inputs(inputs: list[str | Path], output: Path, fmt: OutputFormat) -> None:
-    """Fail before reading when writing `output` would replace (or, for a Chakra set, remove) an input."""
-    for path in expand_inputs(inputs):
+def refuse_overwriting_inputs(paths: list[Path], output: Path, fmt: OutputFormat) -> None:
+    """Fail before reading when writing `output` would replace (or, for a Chakra set, remove) one
+    of the input files (`paths` as `expand_inputs` gives them)."""
+    for path in paths:
         if _would_replace(path, Path(output), fmt.name == "chakra"):
             raise InputError(str(output), f"cannot write over the input {path}; choose another output name")
 

@@ -223,15 +223,19 @@ def test_a_plain_set_has_one_rank_per_file_and_the_rest_data_parallel_unless_tol
     trace = load(files)
     assert (trace.parallel.world, trace.parallel.dp, trace.parallel.tp) == (4, 4, 1)
     assert trace.assumptions == [
-        "world = 4 ranks, one per .et file (the set does not say its layout); dp = 4, what tp 1 · pp 1 leave"]
+        "world = 4 ranks, one per .et file up to the highest rank (the set does not say its layout); "
+        "dp = 4, what tp 1 · cp 1 · pp 1 leave"]
     told = chakra.load(files, Options(tp=2), Diagnostics())
     assert (told.parallel.world, told.parallel.dp, told.parallel.tp) == (4, 2, 2)
     assert told.assumptions == [
-        "world = 4 ranks, one per .et file (the set does not say its layout); dp = 2, what tp 2 · pp 1 leave"]
+        "world = 4 ranks, one per .et file up to the highest rank (the set does not say its layout); "
+        "dp = 2, what tp 2 · cp 1 · pp 1 leave"]
     told = chakra.load(files, Options(dp=4), Diagnostics())
     assert (told.parallel.world, told.parallel.dp, told.parallel.tp, told.assumptions) == (4, 4, 1, [])
     odd = chakra.load(files, Options(tp=3), Diagnostics())  # does not divide: left for the validator (E022)
     assert (odd.parallel.world, odd.parallel.dp, odd.parallel.tp, odd.assumptions) == (4, 1, 3, [])
+    gap = chakra.load([f for f in files if not f.name.endswith(".2.et")], Options(), Diagnostics())
+    assert (gap.parallel.world, sorted(gap.ranks)) == (4, [0, 1, 3])  # rank 2 is missing, not the world 3
 
 
 def test_our_own_set_keeps_the_world_its_metadata_records(tmp_path):

@@ -14,7 +14,8 @@ from converters.options import Options
 from converters.timeline import Timeline
 from converters.validate.chrome_rules import check_chrome_bytes, check_chrome_trace
 from converters.writers import chrome
-from converters.writers.layout_chrome import compact_ranks, format_bytes, parse_ranks
+from converters.ranks import compact_ranks
+from converters.writers.layout_chrome import format_bytes, parse_ranks
 
 MIB = 1 << 20
 

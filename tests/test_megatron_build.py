@@ -421,6 +421,7 @@ def test_lone_first_rank_of_tp_run_gets_tp_from_its_sub_operations(tp2_run):
     assert embedding == {(0, 6)}
     assert diagnostics.messages() == [
         f"{tp2_run / 'rank0.log'}: layout guessed as tp=2, dp=1, pp=4: the ranks given only show tp*dp >= 2; "
+        "pp 4 read from rank 0's 4 forwards before its first backward (non-interleaved 1F1B warmup); "
         "pp could be more than 4 (no rank of the last stage is given); give --tp/--dp/--pp to state it"
     ]
 
@@ -430,7 +431,11 @@ def test_lone_middle_rank_gets_pp_from_its_warmup(tp2_run):
     trace = read(tp2_run / "rank2.log", diagnostics)
     assert layout_of(trace) == (8, 2, 1, 4)  # 3 forwards before the first backward of 4: pp = 1 + 3
     assert {n.peer for n in trace.ranks[2].nodes if n.kind == NodeKind.SEND} == {0, 4}
-    assert diagnostics.messages() == []  # stage 1 pins tp*dp = 2 and the warmup pins pp
+    # stage 1 pins tp*dp = 2; the warmup gives pp only under non-interleaved 1F1B, which is said
+    assert diagnostics.messages() == [
+        f"{tp2_run / 'rank2.log'}: layout guessed as tp=2, dp=1, pp=4: pp 4 read from rank 2's 3 forwards before "
+        "its first backward (non-interleaved 1F1B warmup); give --tp/--dp/--pp to state it"
+    ]
     assert [f.code for f in run_checks(trace) if f.code.startswith(("W05", "E05"))] == []
 
 
@@ -467,3 +472,19 @@ def test_complete_tp2_run_is_not_warned_about(tp2_run):
     diagnostics = Diagnostics()
     assert layout_of(read(tp2_run, diagnostics)) == (8, 2, 1, 4)
     assert diagnostics.messages() == []
+
+
+def test_a_complete_run_takes_pp_from_its_last_stage_not_from_a_long_warmup(tmp_path):
+    """GPipe-like logs run every forward before the first backward; the last stage still decides pp."""
+    write_run(tmp_path, stages=2, tp=1, microbatches=6)
+    gpipe = tmp_path / "gpipe"
+    gpipe.mkdir()
+    for path in sorted(tmp_path.glob("rank*.log")):
+        lines = path.read_text().splitlines()
+        forwards = [line for line in lines if ":forward_step(" in line or ":send_forward(" in line
+                    or ":recv_forward(" in line or ":get_batch(" in line]
+        rest = [line for line in lines if line not in forwards]
+        (gpipe / path.name).write_text("\n".join(forwards + rest) + "\n")
+    diagnostics = Diagnostics()
+    trace = read(gpipe, diagnostics)
+    assert trace.parallel.pp == 2  # not 6, what 6 forwards before the first backward would say under 1F1B

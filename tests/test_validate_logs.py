@@ -288,3 +288,20 @@ def test_set_from_logs_of_some_ranks_that_lost_another_file(tmp_path):
     p2p = [f for f in findings if f.code in ("E034", "E035")]
     assert p2p and all(f.ranks == [0, 2] for f in p2p)
     assert "deadlock" not in {f.check for f in findings}  # cannot run without rank 4
+
+
+def test_ranks_put_together_from_two_sets_are_all_checked(tmp_path):
+    """Each set records only its own source ranks; the ranks present are held all the same."""
+    import shutil
+
+    paths = write_run(tmp_path / "logs", stages=STAGES, tp=TP, microbatches=MB, edit=drop_op(5, "recv_forward", 1))
+    layout = {"tp": TP, "dp": 1, "pp": STAGES}
+    etc.convert([p for p in paths if p.name in {f"rank{r}.log" for r in range(4)}], tmp_path / "a" / "w", to="chakra", **layout)
+    etc.convert([p for p in paths if p.name in {f"rank{r}.log" for r in range(4, 8)}], tmp_path / "b" / "w", to="chakra",
+                force=True, **layout)
+    for rank in range(4, 8):
+        shutil.copy(tmp_path / "b" / f"w.{rank}.et", tmp_path / "a")
+    assert source_ranks(tmp_path / "a") == "0-3"
+    findings = run_checks(etc.read(tmp_path / "a", fmt="chakra"))
+    unmatched = [f for f in findings if f.code == "E034"]
+    assert unmatched and all(f.ranks == [3, 5] for f in unmatched)

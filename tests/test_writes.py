@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, SAMPLES, run_cli
 from converters.diagnostics import InputError
-from converters.formats import output_format, refuse_overwriting_inputs
+from converters.formats import expand_inputs, output_format, refuse_overwriting_inputs
 from converters.writers.atomic import atomic_file, atomic_set, remove_stale_temporaries
 
 SIMAI = SAMPLES / "simai_tp8_pp16_1024gpu.txt"
@@ -345,10 +345,26 @@ def test_a_full_disk_mid_write_is_an_input_error_and_keeps_the_earlier_file(tmp_
 ])
 def test_an_output_that_would_replace_an_input_is_refused(inputs, output, to, replaced):
     with pytest.raises(InputError) as e:
-        refuse_overwriting_inputs([SAMPLES / i for i in inputs], SAMPLES / output, output_format(to, SAMPLES / output))
+        refuse_overwriting_inputs(expand_inputs([SAMPLES / i for i in inputs]), SAMPLES / output,
+                                  output_format(to, SAMPLES / output))
     assert str(e.value) == f"{SAMPLES / output}: cannot write over the input {SAMPLES / replaced}; choose another output name"
 
 
 def test_an_output_beside_the_inputs_is_allowed():
     for output, to in [("chakra_data/other", "chakra"), ("chakra_data/workload.json", "et-json")]:
-        refuse_overwriting_inputs([SAMPLES / "chakra_data"], SAMPLES / output, output_format(to, SAMPLES / output))
+        refuse_overwriting_inputs(expand_inputs([SAMPLES / "chakra_data"]), SAMPLES / output,
+                                  output_format(to, SAMPLES / output))
+
+
+def test_an_error_of_the_callers_own_code_is_not_blamed_on_the_output(tmp_path):
+    """Only failures of writing the output become "cannot write"; a missing input stays itself."""
+    missing = tmp_path / "nowhere" / "in.log"
+    with pytest.raises(FileNotFoundError):
+        with atomic_file(tmp_path / "out.json"):
+            open(missing)
+    with pytest.raises(FileNotFoundError):
+        with atomic_set(tmp_path / "set" / "w") as folder:
+            (folder / "w.0.et").write_bytes(b"x")
+            open(missing)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set"]
+    assert list((tmp_path / "set").iterdir()) == []  # nothing half-written, no temporary left

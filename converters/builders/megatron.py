@@ -271,7 +271,7 @@ def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[
         if r >= MAX_RANKS or stage >= MAX_RANKS:
             raise InputError(first[r].where, f"rank {r} / stage_id {stage} is beyond the {MAX_RANKS} ranks et-convert handles")
 
-    pp_floor, pp_pinned = _pipeline_floor(by_rank)
+    pp_floor, pp_pinned, pp_from_warmup = _pipeline_floor(by_rank)
     # TP sub-operations need tp > 1, so tp*dp at least 2 (2·dp when --dp is given)
     minimum = (2 * (options.dp or 1)) if tp_seen and not options.tp else 1
     found = _ranks_per_stage(stages, options, pp_floor, minimum)
@@ -305,6 +305,8 @@ def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[
         others = [f"tp={t}, dp={per_stage // t}" for t in _divisors(per_stage) if t > tp]
         if others:
             doubts.append(f"tp*dp = {per_stage} could also be {' or '.join(others)}")
+    if not options.pp and pp_from_warmup:
+        doubts.append(pp_from_warmup)
     if not options.pp and not pp_pinned and embedding_seen:  # pp names the embedding group's last stage
         doubts.append(f"pp could be more than {pp} (no rank of the last stage is given)")
     guessed = [k for k in ("tp", "dp", "pp") if getattr(options, k) is None]
@@ -330,27 +332,38 @@ def _warn_layout_guess(layout: Layout, doubts: list[str], by_rank, diagnostics: 
     )
 
 
-def _pipeline_floor(by_rank: dict[int, list[OpRecord]]) -> tuple[int, bool]:
-    """The fewest pipeline stages the ranks' ops allow, and whether some rank pins that number.
+def _pipeline_floor(by_rank: dict[int, list[OpRecord]]) -> tuple[int, bool, str]:
+    """The fewest pipeline stages the ranks' ops allow, whether some rank pins that number, and
+    (when the 1F1B warmup alone decided it) a sentence saying so.
 
     A rank that sends forward (or receives backward) has a next stage: pp >= s + 2; one with
-    neither is the last stage: pp = s + 1. 1F1B warms up with W = min(pp - s - 1, M) forwards
-    and runs one more forward before its first backward when W < M, so F forwards before the
-    first backward give pp >= s + F, exactly s + F when F < M.
+    neither is the last stage: pp = s + 1, and nothing else counts. Without a last-stage rank,
+    non-interleaved 1F1B warms up with W = min(pp - s - 1, M) forwards and runs one more forward
+    before its first backward when W < M, so F forwards before the first backward give
+    pp >= s + F, exactly s + F when F < M. Interleaved (vpp) or GPipe runs warm up longer, so a
+    pp read from the warmup is a guess worth saying.
     """
-    floor, pinned = 1, False
+    floor, last_stage = 1, None
     for recs in by_rank.values():
         stage = recs[0].stage
         if any(rec.op in ("send_forward", "recv_backward") for rec in recs):
             floor = max(floor, stage + 2)
         else:
-            floor, pinned = max(floor, stage + 1), True
+            last_stage = stage if last_stage is None else max(last_stage, stage)
+    if last_stage is not None:
+        return max(floor, last_stage + 1), True, ""
+    pinned, reason = False, ""
+    for rank, recs in sorted(by_rank.items()):
         warmup = _forwards_before_first_backward(recs)
-        if warmup is not None:
-            forwards, microbatches = warmup
-            floor = max(floor, stage + forwards)
-            pinned = pinned or forwards < microbatches
-    return floor, pinned
+        if warmup is None:
+            continue
+        forwards, microbatches = warmup
+        pinned = pinned or forwards < microbatches
+        if recs[0].stage + forwards > floor:
+            floor = recs[0].stage + forwards
+            reason = (f"pp {floor} read from rank {rank}'s {forwards} forwards before its first backward "
+                      "(non-interleaved 1F1B warmup)")
+    return floor, pinned, reason
 
 
 def _forwards_before_first_backward(records: list[OpRecord]) -> tuple[int, int] | None:

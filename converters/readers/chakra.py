@@ -166,7 +166,8 @@ def apply_parallel_options(trace: ExecutionTrace, options: Options) -> None:
     """--tp/--dp/--pp/--ep override what the files said; a plain set's world is its rank count.
 
     A set without our metadata (ASTRA-sim's own converter writes none) does not say how many
-    ranks the job had, but a simulator runs exactly one rank per file, so that is the world.
+    ranks the job had, but a simulator runs one rank per file, ranks 0..N-1, so the highest
+    rank + 1 is the world (a gap in the file numbers is then a missing rank the validator names).
     Data parallelism fills what --tp/--pp leave of it, so that world = tp · cp · dp · pp holds,
     and the sentence saying so goes into the assumptions.
     """
@@ -176,12 +177,12 @@ def apply_parallel_options(trace: ExecutionTrace, options: Options) -> None:
     parallel = trace.parallel
     if parallel.world or not trace.ranks:
         return
-    parallel.world = len(trace.ranks)
+    parallel.world = max(trace.ranks) + 1
     rest, left = divmod(parallel.world, parallel.tp * parallel.cp * parallel.pp)
     if "dp" not in given and not left:
         parallel.dp = rest
-        trace.assume(f"world = {parallel.world} ranks, one per .et file (the set does not say its layout); "
-                     f"dp = {rest}, what tp {parallel.tp} · pp {parallel.pp} leave")
+        trace.assume(f"world = {parallel.world} ranks, one per .et file up to the highest rank (the set does not "
+                     f"say its layout); dp = {rest}, what tp {parallel.tp} · cp {parallel.cp} · pp {parallel.pp} leave")
 
 
 def ranks_of(paths: list[Path]) -> list[tuple[int, Path]]:

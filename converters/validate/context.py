@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..model import ExecutionTrace, Node, NodeKind, Rank
 from ..options import Options
+from ..ranks import parse_rank_list
 from .findings import Finding, format_ranks, group_ref, node_ref
 
 # Inputs that record some ranks of a real run: having only some of them is normal.
@@ -148,8 +149,8 @@ def held_ranks(trace: ExecutionTrace) -> frozenset[int] | None:
     if trace.source.format not in SIMULATOR_FORMATS:
         return present
     recorded = recorded_metadata(trace, "source.ranks")
-    held = parse_rank_ranges(recorded) if isinstance(recorded, str) else None
-    return present if held is None else held
+    held = _rank_list_or_none(recorded)
+    return present if held is None else present | held  # ranks put together from two sets are held too
 
 
 def recorded_metadata(trace: ExecutionTrace, name: str):
@@ -159,19 +160,6 @@ def recorded_metadata(trace: ExecutionTrace, name: str):
             if attr.name == name:
                 return attr.value
     return None
-
-
-def parse_rank_ranges(text: str) -> frozenset[int] | None:
-    """`0-4,6,7` -> those ranks; None when the text is not such a list."""
-    ranks: set[int] = set()
-    for part in text.split(","):
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
-        if match is None:
-            return None
-        first = int(match.group(1))
-        last = int(match.group(2) or first)
-        ranks.update(range(first, last + 1))
-    return frozenset(ranks)
 
 
 def _index_comm(entry: SharedList) -> None:
@@ -185,3 +173,13 @@ def _index_comm(entry: SharedList) -> None:
     entry.sends = [i for i in order if kinds[i] == NodeKind.SEND]
     entry.recvs = [i for i in order if kinds[i] == NodeKind.RECV]
     entry.colls = [i for i in order if kinds[i] == NodeKind.COLLECTIVE]
+
+
+def _rank_list_or_none(recorded) -> frozenset[int] | None:
+    """The ranks of a `source.ranks` attribute; None when it is absent or not a rank list."""
+    if not isinstance(recorded, str):
+        return None
+    try:
+        return frozenset(parse_rank_list(recorded))
+    except ValueError:
+        return None

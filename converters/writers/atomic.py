@@ -42,14 +42,15 @@ def atomic_file(path: Path) -> Iterator[BinaryIO]:
         remove_stale_temporaries(directory, path.name)
         fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=".tmp", dir=directory)
         os.fchmod(fd, _default_file_mode())  # mkstemp makes 0600; users expect what `open` would give
-        try:
+    try:
+        with _write_errors_reported(path, only_under=Path(tmp)):
             with os.fdopen(fd, "wb", buffering=1 << 20) as f:
                 yield f
             os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 @contextlib.contextmanager
@@ -65,8 +66,10 @@ def atomic_set(prefix: Path) -> Iterator[Path]:
         directory = _target_directory(prefix)
         remove_stale_temporaries(directory, prefix.name)
         tmpdir = Path(tempfile.mkdtemp(prefix=_temp_prefix(prefix.name), suffix=".tmp", dir=directory))
-        try:
+    try:
+        with _write_errors_reported(prefix, only_under=tmpdir):
             yield tmpdir
+        with _write_errors_reported(prefix):
             written = {p.name for p in tmpdir.iterdir()}
             for name in written:
                 os.chmod(tmpdir / name, _default_file_mode())
@@ -76,8 +79,8 @@ def atomic_set(prefix: Path) -> Iterator[Path]:
                 for name in sorted(written):
                     os.replace(tmpdir / name, directory / name)
                 tmpdir.rmdir()
-        finally:
-            shutil.rmtree(tmpdir, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def _target_directory(path: Path) -> Path:
@@ -95,12 +98,23 @@ def _refuse_directories_in_the_way(directory: Path, names: set[str]) -> None:
 
 
 @contextlib.contextmanager
-def _write_errors_reported(target: Path) -> Iterator[None]:
-    """Turn an OSError while writing `target` into the one-line error a user can act on."""
+def _write_errors_reported(target: Path, only_under: Path | None = None) -> Iterator[None]:
+    """Turn an OSError while writing `target` into the one-line error a user can act on.
+
+    With `only_under` (the temporary file or folder the caller's code writes into), only errors
+    of writing there count: a write to an open file (disk full) names no file, one under the
+    temporary path names it. Anything else the caller's code hits is not about the output.
+    """
     try:
         yield
     except OSError as e:
+        if only_under is not None and e.filename is not None and not _is_under(Path(e.filename), only_under):
+            raise
         raise InputError(str(target), f"cannot write: {_why_not_writable(e, target)}") from None
+
+
+def _is_under(path: Path, top: Path) -> bool:
+    return path == top or top in path.parents
 
 
 def _why_not_writable(error: OSError, target: Path) -> str:

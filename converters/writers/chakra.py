@@ -33,7 +33,7 @@ from ..diagnostics import Diagnostics
 from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
 from ..options import Options
 from .atomic import atomic_set
-from .layout_chrome import compact_ranks
+from ..ranks import compact_ranks
 
 SCHEMA_VERSION = "0.0.4"
 

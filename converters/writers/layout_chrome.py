@@ -58,6 +58,7 @@ from typing import Any, Callable
 
 from ..diagnostics import Diagnostics, UsageError
 from ..model import ExecutionTrace, NodeKind, Rank
+from ..ranks import compact_ranks, parse_rank_list
 from ..scheduler.summary import headline
 from ..stats import format_ms, measured_reference
 from ..timeline import Timeline, timeline_for
@@ -220,37 +221,15 @@ def format_bytes(size: int) -> str:
     return f"{size} B"
 
 
-def compact_ranks(ranks) -> str:
-    """`96-103`, `0-3,8-11`, `68,76,84`: sorted ranks with consecutive runs merged."""
-    ranks = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
 def parse_ranks(spec: str, known: list[int]) -> list[int]:
     """`0-15,1008` -> those ranks; `all` -> every rank. Unknown ranks are a usage error."""
     spec = spec.strip()
     if spec.lower() == "all":
         return list(known)
-    chosen: set[int] = set()
-    for part in spec.split(","):
-        part = part.strip()
-        lo, dash, hi = part.partition("-")
-        try:
-            first = int(lo)
-            last = int(hi) if dash else first
-        except ValueError:
-            raise UsageError(f"--ranks {spec}: cannot read {part!r}; expected e.g. 0-15,1008 or all") from None
-        if last < first:
-            raise UsageError(f"--ranks {spec}: range {part} runs backwards")
-        chosen.update(range(first, last + 1))
+    try:
+        chosen = parse_rank_list(spec)
+    except ValueError as e:
+        raise UsageError(f"--ranks {spec}: {e}; expected e.g. 0-15,1008 or all") from None
     present = set(known)
     missing = sorted(chosen - present)
     if missing:
@@ -378,7 +357,8 @@ def measured_vs_modelled_process(trace: ExecutionTrace, timeline: Timeline, shif
     if reference is None:
         return None
     # both bars start where the plan's times start (0: `shift` is subtracted from every time)
-    modelled_end, measured_end, gap = timeline.end_ns - shift, reference["ns"], reference["gap_ns"]
+    modelled_end, measured_end = timeline.end_ns - shift, reference["ns"]
+    gap = measured_end - modelled_end  # from the drawn bars (the timeline need not start at 0)
     common = {"measured_ns": measured_end, "modelled_ns": modelled_end, "gap_ns": gap, "source": reference["source"]}
     slices = [  # (slot, start, end, name, args)
         (1, 0, modelled_end, f"modelled iteration {format_ms(modelled_end)}",
