@@ -71,7 +71,7 @@ def measured_reference(trace, timeline) -> dict[str, Any] | None:
 
 
 def measured_summary(trace, timeline) -> dict[str, Any]:
-    """Per-rank breakdown of measured times (logs): same definitions as the scheduler's."""
+    """Per-rank breakdown of measured or modelled times (logs): same definitions as the scheduler's."""
     from .scheduler.summary import _merge, _measure_outside
     from .model import NodeKind
 
@@ -86,7 +86,11 @@ def measured_summary(trace, timeline) -> dict[str, Any]:
             if node.kind in (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE):
                 busy.append((st[i], en[i]))
             elif node.is_comm:
-                talk.append((st[i], en[i]))
+                # as the scheduler counts it, a receive talks from when its data starts to move:
+                # the wait before (args wait_ns, set by the log builders) is the pipeline bubble
+                waited = node.args.get("wait_ns", 0) if node.kind == NodeKind.RECV and node.args else 0
+                if st[i] + waited < en[i]:
+                    talk.append((st[i] + waited, en[i]))
                 if node.kind != NodeKind.RECV:
                     kind = trace.group_kind(rank.group_of(node)) if node.kind == NodeKind.COLLECTIVE else "pp"
                     row = comm.setdefault(kind or "default", {"ops": 0, "bytes": 0, "busy_ns": 0})

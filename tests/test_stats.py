@@ -108,3 +108,19 @@ def test_headline_names_the_slowest_rank_in_one_unit():
                                                        "idle_ns": 0}}}
     assert headline(small) == ("iteration 900 ns (scheduled; slowest rank 3: compute 600 ns, exposed comm "
                                "300 ns, idle 0 ns); et-convert stats for more")
+
+
+def test_a_logged_receive_that_waited_counts_its_wait_as_idle(tmp_path):
+    """Logged receives last from their call to their data's arrival; the wait (args wait_ns) is
+    the pipeline bubble, idle as in the scheduler's summary, not exposed communication."""
+    import converters as etc
+    from converters.model import NodeKind
+    from converters.stats import stats_of
+    from helpers.megatron_synth import write_run
+
+    trace = etc.read(write_run(tmp_path, stages=2, tp=1, microbatches=2))
+    last = stats_of(trace, etc.schedule(trace))["ranks"]["1"]
+    waits = sum(n.args.get("wait_ns", 0) for n in trace.ranks[1].nodes if n.kind == NodeKind.RECV)
+    assert waits > 0
+    assert last["idle_ns"] >= waits
+    assert last["compute_ns"] + last["exposed_comm_ns"] + last["idle_ns"] == last["finish_ns"]
