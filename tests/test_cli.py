@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
+import pytest
 from conftest import run_cli
 
 import converters
@@ -171,3 +174,34 @@ def test_library_validate_stays_the_function_after_the_validate_package_is_used(
     trace = converters.read(SAMPLES / "chakra_data")
     assert converters.validate(trace) == []
     assert converters.validate(trace) == []  # the package import inside must not rebind the name
+
+
+def help_examples() -> list[tuple[str, list[str]]]:
+    """(where, [example command lines]) of the main help and each command's help, in order."""
+    import re
+
+    from converters.cli import app
+
+    texts = [("et-convert --help", app.info.help)]
+    texts += [(f"et-convert {c.name} --help", c.help) for c in app.registered_commands]
+    return [(where, re.findall(r"^\s+et-convert (.+)$", text, re.MULTILINE)) for where, text in texts]
+
+
+@pytest.mark.parametrize("where, examples", help_examples(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_help_example_works_on_the_samples(where, examples, tmp_path):
+    """STYLE.md: each help ends with examples that work on samples/; run them as a user would,
+    in order (later ones may read what earlier ones wrote), globs expanded as a shell does."""
+    import glob
+    import shlex
+
+    from conftest import SAMPLES
+
+    (tmp_path / "samples").symlink_to(SAMPLES)
+    assert len(examples) >= 2, where
+    for line in examples:
+        args = []
+        for word in shlex.split(line):
+            matches = sorted(glob.glob(str(tmp_path / word))) if any(c in word for c in "*?[") else []
+            args += [Path(m).relative_to(tmp_path) for m in matches] or [word]
+        result = run_cli(*args, cwd=tmp_path)
+        assert result.code == 0, f"{where}: et-convert {line}: {result.stderr}"
