@@ -163,7 +163,7 @@ def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> Execu
 
 
 def apply_parallel_options(trace: ExecutionTrace, options: Options) -> None:
-    """--tp/--dp/--pp/--ep override what the files said; a plain set's world is its rank count.
+    """--tp/--dp/--pp/--ep override what the files said; a plain set's world is its highest rank + 1.
 
     A set without our metadata (ASTRA-sim's own converter writes none) does not say how many
     ranks the job had, but a simulator runs one rank per file, ranks 0..N-1, so the highest

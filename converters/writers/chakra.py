@@ -32,8 +32,8 @@ from .._proto.wire import ATTR_KINDS, attr_to_proto, int_range, varint
 from ..diagnostics import Diagnostics
 from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
 from ..options import Options
-from .atomic import atomic_set
 from ..ranks import compact_ranks
+from .atomic import atomic_set
 
 SCHEMA_VERSION = "0.0.4"
 
