@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: run test bench fuzz lint proto samples-chakra clean
+.PHONY: run test bench fuzz lint proto samples-chakra clean astra-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ run: $(STAMP)
 ## test: the whole test suite
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## astra-check: every Chakra set `make run` writes, through both ASTRA-sim builds in ../shared/astra-sim
+astra-check: run
+	$(BIN)/python tests/astra_check.py $(OUT)
 
 ## bench: speed and memory against chakra_converter, printed as ratios; then the scheduler's growth
 bench: $(STAMP)

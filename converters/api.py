@@ -16,10 +16,15 @@ from pathlib import Path
 from typing import Iterable
 
 from . import progress
+from .builders.one_rank import demote_one_rank_collectives, warn_if_kept
 from .diagnostics import Diagnostics
 from .formats import detect, expand_inputs, input_format, output_format, refuse_overwriting_inputs, resolve
 from .model import ExecutionTrace
 from .options import Options
+
+# Sets read as they are, so that `validate` sees what a simulator would; a Chakra set written
+# from a Chakra set is repaired in `write`, a restored et-json dump is not (it stays verbatim).
+VERBATIM_FORMATS = ("chakra", "et-json")
 
 
 def _as_paths(inputs: str | Path | Iterable[str | Path]) -> list[Path]:
@@ -43,6 +48,8 @@ def read(
     diagnostics.note(f"reading {', '.join(p.name for p in paths[:3])}{' ...' if len(paths) > 3 else ''} as {name}")
     with progress.bar(f"reading {paths[0].name}{f' and {len(paths) - 1} more' if len(paths) > 1 else ''} as {name}"):
         trace = resolve(input_format(name).load)(paths, options, diagnostics)
+    if name not in VERBATIM_FORMATS:
+        demote_one_rank_collectives(trace)
     trace.source.format = trace.source.format or name
     if not trace.source.files:
         trace.source.files = [p.name for p in paths]
@@ -82,12 +89,20 @@ def write(
     options: Options | None = None,
     diagnostics: Diagnostics | None = None,
 ) -> None:
-    """Write the trace; `to` defaults from the output name (.json, .json.gz, .pftrace)."""
+    """Write the trace; `to` defaults from the output name (.json, .json.gz, .pftrace).
+
+    A Chakra set never carries a collective of a one-member group (ASTRA-sim would stall on it):
+    such collectives of the trace are turned into compute first (see `builders/one_rank.py`),
+    except when an et-json dump is restored: that is written as the dump held it, or refused.
+    """
     output = Path(output)
     fmt = output_format(to, output)
     options = options or Options()
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     if fmt.name == "chakra":
+        if not trace.metadata.get("chakra.verbatim"):
+            demote_one_rank_collectives(trace)
+            warn_if_kept(trace, diagnostics)
         with progress.bar("checking the set before writing it"):
             _gate_chakra_set(trace, options, diagnostics)
     with progress.bar(f"writing {output} ({fmt.name})"):

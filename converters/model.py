@@ -219,6 +219,13 @@ class ExecutionTrace:
         g = self.groups.get(gid)
         return g.kind if g else ""
 
+    def group_size(self, gid: int | None) -> int | None:
+        """Members of group `gid` (None: every rank of the job), or None for a group not defined."""
+        if gid is None:
+            return max(self.parallel.world, len(self.ranks))
+        group = self.groups.get(gid)
+        return len(group.members) if group is not None else None
+
     def node_count(self) -> int:
         return sum(len(r.nodes) for r in self.ranks.values())
 

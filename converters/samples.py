@@ -14,6 +14,12 @@ import time
 from pathlib import Path
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+# Multi-rank Megatron log sets and the layout options they are converted with.
+MEGATRON_SETS = {
+    "megatron_tp1_pp2_dp2": ["--tp", "1", "--pp", "2"],
+    "megatron_tp2_pp2_dp1": ["--tp", "2", "--pp", "2"],
+    "megatron_tp1_pp4_dp1": ["--tp", "1", "--pp", "4"],
+}
 
 
 def jobs(out: Path) -> list[list[str]]:
@@ -31,6 +37,9 @@ def jobs(out: Path) -> list[list[str]]:
         [str(s / "optimusprime_llama1b_pp8.log"), "-o", str(out / "optimusprime_llama1b_pp8.json")],
         [str(s / "optimusprime_llama1b_pp8.log"), "--to", "chakra", "-o", str(out / "optimus" / "workload")],
     ]
+    for log_set, layout in MEGATRON_SETS.items():  # multi-rank runs with TP 1 or DP 1
+        jobs.append([str(s / log_set), *layout, "-o", str(out / f"{log_set}.json")])
+        jobs.append([str(s / log_set), *layout, "--to", "chakra", "-o", str(out / log_set / "workload")])
     for workload in sorted((s / "workloads").glob("astra_*.txt")):
         jobs.append([str(workload), "--num-npus", "8", "-o", str(out / "workloads" / f"{workload.stem}.json")])
     for chakra_set in sorted(p for p in s.glob("chakra_*") if p.is_dir()):

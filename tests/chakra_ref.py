@@ -73,11 +73,16 @@ def check_astra_rules(rank_id: int, rank: RefRank, groups: dict[str, list[int]])
             if pg[1]:
                 assert pg[1] in groups, f"pg_name {pg[1]} not in comm_group.json"
                 assert rank_id in groups[pg[1]], f"rank {rank_id} not in group {pg[1]}"
+                # ASTRA-sim never completes a collective of a one-member group (issue 17)
+                assert len(groups[pg[1]]) > 1, f"node {node.id}: collective in one-member group {pg[1]}"
+                if attrs["comm_type"][1] == 2:  # ALL_GATHER: a share of 0 B per member runs forever
+                    assert attrs["comm_size"][1] >= len(groups[pg[1]]), (node.id, attrs["comm_size"])
         if node.type in (COMM_SEND_NODE, COMM_RECV_NODE):
             for key in ("comm_src", "comm_dst", "comm_tag"):
                 assert attrs[key][0] == "int32_val", (key, attrs[key])
             own = "comm_src" if node.type == COMM_SEND_NODE else "comm_dst"
             assert attrs[own][1] == rank_id, f"{own} of node {node.id} is not rank {rank_id}"
+            assert attrs["comm_src"][1] != attrs["comm_dst"][1], f"node {node.id} addressed to itself (ASTRA-sim aborts)"
 
 
 def p2p_keys(rank: RefRank, node_type: int) -> list[tuple[int, int, int, int]]:

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from converters.samples import MEGATRON_SETS
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
+
+# The multi-rank Megatron log sets of samples/ (tests/fixtures/make_megatron_sets.py) and the
+# layout options a user gives for them, as `make run` does.
+LOG_SETS = MEGATRON_SETS
 
 
 @dataclass

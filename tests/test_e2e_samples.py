@@ -16,7 +16,7 @@ import pytest
 from chakra_ref import (
     check_astra_rules, collective_sequence, p2p_keys, rank_files, read_groups, read_rank,
 )
-from conftest import SAMPLES, run_cli
+from conftest import LOG_SETS, SAMPLES, run_cli
 
 SEND, RECV = 5, 6
 
@@ -26,6 +26,7 @@ TABLES_AND_LOGS = [
     "megatron_rank4_pp_tp2.log",
     "megatron_rank2_moe_scaling.log",
     "optimusprime_llama1b_pp8.log",
+    *sorted(LOG_SETS),
 ]
 ONE_RANK_LOGS = {"megatron_rank4_pp_tp2.log": 4, "megatron_rank2_moe_scaling.log": 2}
 CHAKRA_SETS = sorted(p.name for p in SAMPLES.glob("chakra_*") if p.is_dir())
@@ -48,7 +49,7 @@ def test_every_sample_becomes_a_clean_chrome_trace(sample, out_dir):
     from converters.validate.chrome_rules import check_chrome_trace
 
     out = out_dir / f"{sample}.json"
-    result = run_cli(SAMPLES / sample, "-o", out)
+    result = run_cli(SAMPLES / sample, *LOG_SETS.get(sample, ()), "-o", out)
     assert result.code == 0, result.stderr
     trace = strict_json(out)
     assert check_chrome_trace(trace) == []
@@ -63,7 +64,7 @@ def test_every_sample_becomes_a_clean_chrome_trace(sample, out_dir):
 @pytest.mark.parametrize("sample", TABLES_AND_LOGS)
 def test_every_sample_becomes_a_chakra_set_astra_sim_can_run(sample, out_dir):
     prefix = out_dir / sample.split(".")[0] / "workload"
-    result = run_cli(SAMPLES / sample, "--to", "chakra", "-o", prefix)
+    result = run_cli(SAMPLES / sample, *LOG_SETS.get(sample, ()), "--to", "chakra", "-o", prefix)
     assert result.code == 0, result.stderr
     files = rank_files(prefix)
     assert files, "no .et files written"

@@ -49,7 +49,8 @@ def test_rank4_sample_model():
     assert (p.world, p.tp, p.dp, p.pp, p.microbatches) == (8, 2, 1, 4, 1)
     assert len(rank.nodes) == 8 + 40
     kinds = Counter(n.kind for n in rank.nodes)
-    assert kinds == {NodeKind.COMPUTE: 3, NodeKind.SEND: 2, NodeKind.RECV: 2, NodeKind.COLLECTIVE: 41}
+    # DP 1: the gradient all-reduce of the one-member DP group is kept as compute (issue 17)
+    assert kinds == {NodeKind.COMPUTE: 4, NodeKind.SEND: 2, NodeKind.RECV: 2, NodeKind.COLLECTIVE: 40}
     assert trace.timing == "measured"
     assert all(n.start_ns is not None and n.start_ns >= 0 for n in rank.nodes)
     assert min(n.start_ns for n in rank.nodes) == 0
@@ -79,8 +80,11 @@ def test_rank4_collectives_and_groups():
     trace = read(RANK4)
     rank = trace.ranks[4]
     dp = next(n for n in rank.nodes if n.name == "dp_allreduce")
-    assert (dp.coll, dp.size) == (CollType.ALL_REDUCE, 1_573_350_400 * 4)
-    assert trace.groups[dp.group].kind == "dp" and trace.groups[dp.group].members == (4,)
+    # a one-member DP group (dp = 1): kept as compute with its measured time, saying what it was
+    assert (dp.kind, dp.coll, dp.group, dp.duration_ns) == (NodeKind.COMPUTE, None, None, 11_050_000)
+    assert (dp.args["one_rank_collective"], dp.args["bytes"]) == ("ALL_REDUCE", 1_573_350_400 * 4)
+    dp_group = next(g for g in trace.groups.values() if g.label == dp.args["group"])
+    assert dp_group.kind == "dp" and dp_group.members == (4,)
     subs = [n for n in rank.nodes if n.parent is not None]
     assert len(subs) == 40
     assert all(trace.groups[n.group].members == (4, 5) and trace.groups[n.group].kind == "tp" for n in subs)
@@ -174,8 +178,11 @@ def test_moe_scaling_sample():
     colls = Counter((n.coll, trace.group_kind(n.group)) for n in rank.nodes if n.kind == NodeKind.COLLECTIVE)
     assert colls == {
         (CollType.ALL_GATHER, "ep"): 4, (CollType.ALL_TO_ALL, "ep"): 16,
-        (CollType.ALL_REDUCE, "dp"): 1, (CollType.ALL_REDUCE, "dp_ep"): 1,
+        (CollType.ALL_REDUCE, "dp"): 1,
     }
+    # the expert-data-parallel group has one member here: its all-reduce is kept as compute
+    (kept,) = [n for n in rank.nodes if n.args.get("one_rank_collective")]
+    assert kept.kind == NodeKind.COMPUTE and kept.args["group"].startswith("dp_ep#")
 
 
 def test_scaling_retime_hands_timing_to_the_scheduler(tmp_path):
@@ -272,7 +279,8 @@ def test_synthetic_collective_sequences_match_across_members(synthetic):
             if n.kind == NodeKind.COLLECTIVE:
                 sequences[rank.group_of(n)].setdefault(rank.rank, []).append((n.coll, n.size))
     kinds = Counter(synthetic.groups[g].kind for g in sequences)
-    assert kinds == {"tp": 4, "dp": 8, "embedding": 2}
+    assert kinds == {"tp": 4, "embedding": 2}  # dp = 1: the gradient all-reduces are compute (issue 17)
+    assert all(n.kind == NodeKind.COMPUTE for r in synthetic.sorted_ranks() for n in r.nodes if n.name == "dp_allreduce")
     for gid, by_member in sequences.items():
         group = synthetic.groups[gid]
         assert sorted(by_member) == list(group.members)

@@ -209,19 +209,18 @@ def test_dangling_dependency():
     find(trace, 0, "backward mb0").deps = [77]
     findings = run_checks(trace)
     e002 = only(findings, "E002")
-    assert e002.message == "rank 0: node 2 depends on node 77, which is not in the file"
+    assert e002.message == "rank 0: node 1 depends on node 77, which is not in the file"
     assert e002.node["name"] == "backward mb0"
     e005 = only(findings, "E005")
-    assert e005.message.startswith("rank 0: 7 nodes can never run")
+    assert e005.message.startswith("rank 0: 3 nodes can never run")
 
 
 def test_cycle_is_found_iteratively_and_printed():
     trace = pipeline_model(tp=1, dp=1, pp=1, microbatches=2)
     find(trace, 0, "forward mb0").deps = [find(trace, 0, "backward mb0").id]
     e004 = only(run_checks(trace), "E004")
-    # one stage runs F0 B0 F1 B1: nodes 0 forward, 1 its all-reduce, 2 backward mb0
-    assert e004.message == ('rank 0: dependency cycle 0 "forward mb0" -> 1 "tp all_reduce fwd mb0" -> '
-                            '2 "backward mb0" -> 0 "forward mb0"')
+    # one stage of one rank (no collectives) runs F0 B0 F1 B1: nodes 0 forward, 1 backward mb0
+    assert e004.message == 'rank 0: dependency cycle 0 "forward mb0" -> 1 "backward mb0" -> 0 "forward mb0"'
 
 
 def test_long_chain_cycle_has_no_recursion_limit():
@@ -248,7 +247,7 @@ def test_ordering_edges_only_in_ctrl_deps_are_a_warning():
 
 
 def test_self_dependency_and_duplicate_id():
-    trace = pipeline_model(tp=1, dp=1, pp=1, microbatches=1)
+    trace = pipeline_model(tp=1, dp=1, pp=1, microbatches=2)
     nodes = trace.ranks[0].nodes
     nodes[2].deps = [2]
     nodes[3].id = 1
@@ -294,13 +293,13 @@ def test_comm_size_stored_as_uint64():
 
 
 def test_missing_attribute_and_wrong_src():
-    trace = pipeline_model(tp=1, dp=1, pp=2, microbatches=1)
+    trace = pipeline_model(tp=1, dp=2, pp=2, microbatches=1)
     for rank in trace.ranks.values():
         for node in rank.nodes:
             node.attrs = wire_attrs(node, rank.rank)
     send = find(trace, 0, "send act mb0")
     send.attrs = [WireAttr("comm_src", "int32_val", 1) if a.name == "comm_src" else a for a in send.attrs]
-    coll = find(trace, 1, "tp all_reduce fwd mb0")
+    coll = find(trace, 1, "dp all_reduce")
     coll.attrs = [a for a in coll.attrs if a.name != "comm_type"]
     findings = run_checks(trace)
     assert "send has comm_src=1, not its own rank" in only(findings, "E016").message
@@ -465,7 +464,7 @@ def test_dtype_mismatch_and_broadcast_and_cpu_comm():
     assert e045.ranks == [2]
     assert "rank 2: ALL_REDUCE 2097152 B torch.bfloat16, ranks 0,1,3: ALL_REDUCE 2097152 B torch.float32" in e045.message
     assert only(findings, "W014").message.startswith("rank 0: BROADCAST on 1 node; ASTRA-sim only replays")
-    trace = pipeline_model(tp=2, dp=1, pp=1, microbatches=1)
+    trace = pipeline_model(tp=1, dp=2, pp=1, microbatches=1)
     for rank in trace.ranks.values():
         for node in rank.nodes:
             node.attrs = wire_attrs(node, rank.rank)

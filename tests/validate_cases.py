@@ -64,19 +64,22 @@ def _program(layout: Layout, r: int, groups: dict[str, int], microbatches: int) 
             if prev is not None:
                 add(f"recv act mb{m}", NodeKind.RECV, peer=prev, tag=2 * m, size=ACT, microbatch=m)
             add(f"forward mb{m}", NodeKind.COMPUTE, duration_ns=100_000, microbatch=m)
-            add(f"tp all_reduce fwd mb{m}", NodeKind.COLLECTIVE, coll=CollType.ALL_REDUCE, size=TP_FWD,
-                group=groups["tp"], microbatch=m)
+            if layout.tp > 1:  # no collectives in one-member groups, as the builders make them
+                add(f"tp all_reduce fwd mb{m}", NodeKind.COLLECTIVE, coll=CollType.ALL_REDUCE, size=TP_FWD,
+                    group=groups["tp"], microbatch=m)
             if nxt is not None:
                 add(f"send act mb{m}", NodeKind.SEND, peer=nxt, tag=2 * m, size=ACT, microbatch=m)
         else:
             if nxt is not None:
                 add(f"recv grad mb{m}", NodeKind.RECV, peer=nxt, tag=2 * m + 1, size=ACT, microbatch=m)
             add(f"backward mb{m}", NodeKind.COMPUTE, duration_ns=200_000, microbatch=m)
-            add(f"tp all_reduce bwd mb{m}", NodeKind.COLLECTIVE, coll=CollType.ALL_REDUCE, size=TP_BWD,
-                group=groups["tp"], microbatch=m)
+            if layout.tp > 1:
+                add(f"tp all_reduce bwd mb{m}", NodeKind.COLLECTIVE, coll=CollType.ALL_REDUCE, size=TP_BWD,
+                    group=groups["tp"], microbatch=m)
             if prev is not None:
                 add(f"send grad mb{m}", NodeKind.SEND, peer=prev, tag=2 * m + 1, size=ACT, microbatch=m)
-    add("dp all_reduce", NodeKind.COLLECTIVE, coll=CollType.ALL_REDUCE, size=DP, group=groups["dp"])
+    if layout.dp > 1:
+        add("dp all_reduce", NodeKind.COLLECTIVE, coll=CollType.ALL_REDUCE, size=DP, group=groups["dp"])
     add("optimizer", NodeKind.COMPUTE, duration_ns=50_000)
     return nodes
 

@@ -32,10 +32,13 @@ Codes (stable once released; E = error, W = warning, I = note):
     groups       E020 pg_name not defined in the group file
                  E021 rank communicates in a group it is not a member of
                  E022 group sizes inconsistent with the parallel configuration (world = TP·DP·PP)
+                 E026 collective in a one-member group (ASTRA-sim never completes it; NCCL returns)
+                 E027 ALL_GATHER of fewer bytes than its group has members (ASTRA-sim runs forever)
     rank-set     E023 rank missing from the set  I024 logs hold only some ranks of the job
                  W025 a Chakra set converted from such logs: a simulator cannot run it as is
     p2p          E034 unmatched send             E035 unmatched receive
                  E036 send/receive size mismatch E037 send/receive shape or dtype mismatch
+                 E038 send or receive addressed to its own rank (ASTRA-sim aborts)
     collectives  E040 collective count mismatch  E041 collective type mismatch
                  E042 collective size mismatch   E043 member never issues the group's collectives
                  E044 two collectives in a different order   E045 collective dtype mismatch
@@ -71,9 +74,10 @@ CODES = {
     "E015": "send/recv without peer or tag", "E016": "send/recv endpoint is not its rank",
     "E018": "collective without type", "W019": "zero-length compute",
     "E020": "undefined group", "E021": "rank not in its group", "E022": "parallel sizes inconsistent",
+    "E026": "one-member collective", "E027": "all-gather smaller than its group",
     "E023": "missing rank", "I024": "partial rank set", "W025": "partial Chakra set",
     "E034": "unmatched send", "E035": "unmatched recv", "E036": "p2p size mismatch",
-    "E037": "p2p shape mismatch",
+    "E037": "p2p shape mismatch", "E038": "p2p to itself",
     "E040": "collective count mismatch", "E041": "collective type mismatch",
     "E042": "collective size mismatch", "E043": "missing participant", "E044": "collectives reordered",
     "E045": "collective dtype mismatch",

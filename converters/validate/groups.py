@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..builders.one_rank import gathers_too_small, one_rank_collectives
 from ..model import Node
 from .context import SIMULATOR_FORMATS, Context
 from .findings import Finding, format_ranks, rank_words
@@ -59,8 +60,55 @@ def check_groups(ctx: Context) -> list[Finding]:
                 f"{rank_words(outsiders)} communicate{'s' if len(outsiders) == 1 else ''} in {group.label} but "
                 f"{'is not a member' if len(outsiders) == 1 else 'are not members'}",
                 ranks=outsiders, node=node, group=ctx.group_field(gid), rank=trace.ranks[outsiders[0]]))
+    findings.extend(_collectives_astra_sim_never_completes(ctx))
     findings.extend(_parallel_sizes(ctx))
     return findings
+
+
+def _collectives_astra_sim_never_completes(ctx: Context) -> list[Finding]:
+    """E026: collectives in groups of one rank (NCCL returns at once; ASTRA-sim never completes them);
+    E027: all-gathers of fewer bytes than members (ASTRA-sim loops forever)."""
+    findings = []
+    for gid, (ranks, node, count) in _by_group(ctx, one_rank_collectives).items():
+        findings.append(ctx.find(
+            "E026", "groups",
+            f"{rank_words(ranks)}: {_what(node, count)} in the one-member group {ctx.group_label(gid)}; ASTRA-sim "
+            "never completes a collective of a one-rank group (NCCL returns at once): the rank stalls there "
+            "(et-convert --to chakra keeps such collectives as compute)",
+            ranks=ranks, node=node, group=ctx.group_field(gid), rank=ctx.trace.ranks[ranks[0]]))
+    for gid, (ranks, node, count) in _by_group(ctx, gathers_too_small).items():
+        members = ctx.trace.group_size(gid)
+        findings.append(ctx.find(
+            "E027", "groups",
+            f"{rank_words(ranks)}: {_what(node, count)} of {node.size} B in {ctx.group_label(gid)} of {members} "
+            "members; ASTRA-sim splits it in whole bytes per member, a share of 0 B never finishes and the "
+            f"simulator runs forever (sizes must be at least {members} B)",
+            ranks=ranks, node=node, group=ctx.group_field(gid), rank=ctx.trace.ranks[ranks[0]]))
+    return findings
+
+
+def _what(node: Node, count: int) -> str:
+    what = node.coll.name if node.coll is not None else "collective"
+    return what + (f" (and {count - 1} more)" if count > 1 else "")
+
+
+def _by_group(ctx: Context, select) -> dict[int | None, tuple[list[int], Node, int]]:
+    """Group id -> (ranks, first node, count) of the collectives `select` picks from each node list."""
+    trace = ctx.trace
+    by_group: dict[int | None, tuple[list[int], Node, int]] = {}
+    for shared in ctx.shared:
+        positions = select(trace, shared.nodes, shared.ranks[0])
+        if not positions:
+            continue
+        for n, rank in enumerate(shared.ranks):
+            for i in positions:
+                node = shared.nodes[i]
+                gid = rank.group_of(node)
+                ranks, first, count = by_group.get(gid, ([], node, 0))
+                if not ranks or ranks[-1] != rank.rank:
+                    ranks.append(rank.rank)
+                by_group[gid] = (ranks, first, count + (n == 0))  # nodes counted once per shared list
+    return by_group
 
 
 def _parallel_sizes(ctx: Context) -> list[Finding]:

@@ -153,6 +153,10 @@ def check_nodes(ctx: Context) -> list[Finding]:
             own = _own_end(node)
             if own is not None and own not in users:
                 tally.add(("E016", node.kind.name.lower(), own), node)
+        for rank in shared.ranks:  # ASTRA-sim aborts on a message to oneself (NCCL copies it)
+            for i in (*shared.sends, *shared.recvs):
+                if rank.peer_of(nodes[i]) == rank.rank:
+                    tally.add(("E038", nodes[i].kind.name.lower()), nodes[i])
         # Only nodes read from Chakra files: the writer rounds model durations up to 1 µs.
         if nodes and nodes[0].attrs is not None:
             for node in nodes:
@@ -180,6 +184,9 @@ def _node_message(who: str, key: tuple, count: int) -> str:
     if code == "E016":
         end = "comm_src" if key[1] == "send" else "comm_dst"
         return f"{who}: {key[1]} has {end}={key[2]}, not its own rank, {_on(count)}"
+    if code == "E038":
+        return (f"{who}: {key[1]} addressed to its own rank {_on(count)}; ASTRA-sim aborts on it "
+                "(its network asserts src != dest), where NCCL would copy locally")
     if code == "E018":
         return f"{who}: collective without a type {_on(count)}"
     return f"{who}: compute node with duration 0 and no num_ops {_on(count)}; ASTRA-sim's old feeder skips it"
