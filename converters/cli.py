@@ -277,6 +277,52 @@ def stats_command(
     raise typer.Exit(_run(action, debug, quiet, verbose))
 
 
+@app.command(
+    "simulate",
+    help=(
+        "Run ASTRA-sim on a Chakra set (or any input, written as one first) and print every rank's finish time "
+        "beside et-convert's prediction.\n\n"
+        "Writes ASTRA-sim's network.yml, system.json and remote_memory.json from the network model (--network, "
+        "--net; its default table only: ASTRA-sim's Ring has one set of link parameters). Exit code 0: every rank "
+        "finished; 1: some rank did not (named), or the simulator failed; 2: unusable input.\n\n"
+        "Examples:\n\n"
+        "  export ASTRA_SIM=astra-sim/build/AstraSim_Analytical_Congestion_Unaware   # or --astra-sim BINARY\n\n"
+        "  et-convert simulate samples/chakra_data --network samples/network_astra_ring8.toml\n\n"
+        "  et-convert simulate samples/workloads/astra_data.txt --num-npus 4 --keep sim/"
+    ),
+)
+def simulate_command(
+    inputs: Inputs,
+    astra_sim: Annotated[str, typer.Option(
+        "--astra-sim", envvar="ASTRA_SIM", help="ASTRA-sim's analytical (congestion-unaware) binary.")],
+    from_: From = "auto",
+    network: Network = None,
+    net: NetSet = None,
+    keep: Annotated[Optional[Path], typer.Option(help="Keep the configs, the transcript (astra-sim.log) and a converted set in this directory.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to let the simulator run.")] = 300.0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    num_npus: NumNpus = None,
+    tp: Tp = None,
+    dp: Dp = None,
+    pp: Pp = None,
+    ep: Ep = None,
+    passes: Passes = 1,
+    force: Annotated[bool, typer.Option(help="Simulate a converted set even if validation finds errors.")] = False,
+    verbose: Verbose = False,
+    debug: Debug = False,
+    quiet: Quiet = False,
+) -> None:
+    options = Options(num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, passes=passes, network=network,
+                      network_overrides=_net_overrides(net), force=force, verbose=verbose)
+
+    def action(diagnostics: Diagnostics) -> int:
+        from .simulate import run
+
+        return run(inputs, astra_sim, from_, options, diagnostics, keep=keep, timeout_s=timeout, as_json=as_json)
+
+    raise typer.Exit(_run(action, debug, quiet, verbose))
+
+
 def run() -> None:
     app(prog_name="et-convert")
 
