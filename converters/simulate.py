@@ -219,8 +219,9 @@ def without_counterpart(network: Network, trace: ExecutionTrace) -> list[str]:
     used: dict[str, set[int]] = {}
     for group in trace.groups.values():
         used.setdefault(table_of(group.kind), set()).add(len(group.members))
-    if any(n.kind in (NodeKind.SEND, NodeKind.RECV) for rank in trace.ranks.values() for n in rank.nodes):
-        used.setdefault("pp", set())
+    node_lists = {id(rank.nodes): rank.nodes for rank in trace.ranks.values()}  # ranks may share one list
+    if any(n.kind in (NodeKind.SEND, NodeKind.RECV) for nodes in node_lists.values() for n in nodes):
+        used.setdefault("pp", set())  # sends and receives without a group use [pp]
     lost: dict[str, None] = {}  # ordered, without repeats
     for table, sizes in sorted(used.items()):
         of_kind = network.params(table)

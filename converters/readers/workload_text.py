@@ -3,8 +3,9 @@
 Line 1 is the policy keyword and its header fields, line 2 the row count, then one row per
 line with 12 whitespace-separated columns (13 for HYBRID_CUSTOMIZED, whose last column, after
 the update delay, is the row's own policy: where ASTRA-sim 1.0 and SimAI read it). `BROADCAST`
-is read as a comm type of its own; the builders decide what it becomes. See FORMATS.md §5. This module only parses and checks; what the
-rows mean for each rank is decided in `converters.builders.workload`.
+is read as a comm type of its own; the builders decide what it becomes. See FORMATS.md §5.
+This module only parses and checks; what the rows mean for each rank is decided in
+`converters.builders.workload`.
 """
 
 from __future__ import annotations
@@ -248,7 +249,8 @@ def parse_row(workload: Workload, line: int, tokens: list[str], customized: bool
     where = workload.where(line)
     expected = 13 if customized else 12
     if len(tokens) != expected:
-        names = "name, reserved, fwd_compute, ..., update_delay, policy" if customized else "name, reserved, fwd_compute, fwd_comm_type, ..."
+        names = ("name, reserved, fwd_compute, ..., update_delay, policy" if customized
+                 else "name, reserved, fwd_compute, fwd_comm_type, ...")
         raise InputError(where, f"expected {expected} columns ({names}), found {len(tokens)}")
     policy = _row_policy(where, tokens) if customized else None
     if not _is_int(tokens[1]):
