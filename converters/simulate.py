@@ -109,6 +109,8 @@ class Simulation:
             return "crashed at exit"
         if self.crash_signal:
             return "crashed"
+        if self.exit_status != 0:  # it did not run to its end (a missing library, a bad option, ...)
+            return "failed"
         if self.stuck or self.critical:
             return "stuck"
         return "failed"
@@ -128,20 +130,24 @@ class Simulation:
                     f"{self.exit_status}, {self.crash_signal}); the finish times are the ones it printed")
         if verdict == "timeout":
             return f"ASTRA-sim did not end within {self.timeout_s:g} s; ranks without a finish line: {stuck or 'none'}"
-        if verdict == "crashed":
-            return (f"ASTRA-sim crashed (exit status {self.exit_status}, {self.crash_signal}) before "
-                    f"{len(self.stuck)} of {self.world} ranks finished: {stuck}")
-        parts = []
+        problems = []
         if self.stuck:
-            parts.append(f"{len(self.stuck)} of {self.world} ranks did not finish: {stuck}")
+            problems.append(f"{len(self.stuck)} of {self.world} ranks did not finish: {stuck}")
         if self.repeated:
-            parts.append(f"ranks with more than one finish line: {_rank_list(self.repeated)}")
+            problems.append(f"ranks with more than one finish line: {_rank_list(self.repeated)}")
         if self.critical:
-            parts.append(f"{len(self.critical)} line(s) with [critical]/terminate called, first: {self.critical[0][:200]}")
-        parts += self.extra
-        if self.exit_status:
-            parts.append(f"exit status {self.exit_status}")
-        return "; ".join(parts)
+            problems.append(f"{len(self.critical)} line(s) with [critical]/terminate called, first: "
+                            f"{self.critical[0][:200]}")
+        problems += self.extra
+        if verdict == "crashed":
+            lead = f"ASTRA-sim crashed (exit status {self.exit_status}, {self.crash_signal})"
+            if self.stuck:
+                lead += f" before {len(self.stuck)} of {self.world} ranks finished: {stuck}"
+                problems.pop(0)
+            problems.insert(0, lead)
+        elif self.exit_status:
+            problems.insert(0, f"ASTRA-sim exited with status {self.exit_status}")
+        return "; ".join(problems)
 
     def as_dict(self) -> dict[str, Any]:
         ranks = {}

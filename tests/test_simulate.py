@@ -180,7 +180,14 @@ def test_the_run_scripts_rules():
     assert (beyond.verdict, beyond.reason()) == ("failed", "finish lines for ranks beyond the set: 2")
     colour = judge(f"\x1b[32m{line.format(0, 10)}\x1b[0m\nterminate called after throwing", 0, 1)
     assert (colour.finished, colour.verdict) == ({0: 10}, "stuck")
-    assert judge(line.format(0, 10), 3, 1).reason() == "exit status 3"
+    assert judge(line.format(0, 10), 3, 1).reason() == "ASTRA-sim exited with status 3"
+    no_library = judge("AstraSim: error while loading shared libraries: libprotobuf.so.32", 127, 2)
+    assert (no_library.verdict, no_library.reason()) == (
+        "failed", "ASTRA-sim exited with status 127; 2 of 2 ranks did not finish: 0, 1")
+    thrown = judge(f"{line.format(0, 10)}\nterminate called after throwing an instance of 'std::runtime_error'", 134, 1)
+    assert (thrown.verdict, thrown.reason()) == (
+        "crashed", "ASTRA-sim crashed (exit status 134, SIGABRT); 1 line(s) with [critical]/terminate called, first: "
+                   "terminate called after throwing an instance of 'std::runtime_error'")
 
 
 def test_a_simulator_that_does_not_end_is_stopped(sets):
