@@ -181,6 +181,8 @@ def test_the_run_scripts_rules():
     colour = judge(f"\x1b[32m{line.format(0, 10)}\x1b[0m\nterminate called after throwing", 0, 1)
     assert (colour.finished, colour.verdict) == ({0: 10}, "stuck")
     assert judge(line.format(0, 10), 3, 1).reason() == "ASTRA-sim exited with status 3"
+    segfault = judge(line.format(0, 10), 139, 1)
+    assert (segfault.verdict, segfault.ok, segfault.crash_signal) == ("crashed at exit", True, "SIGSEGV")
     no_library = judge("AstraSim: error while loading shared libraries: libprotobuf.so.32", 127, 2)
     assert (no_library.verdict, no_library.reason()) == (
         "failed", "ASTRA-sim exited with status 127; 2 of 2 ranks did not finish: 0, 1")
