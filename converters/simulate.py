@@ -306,24 +306,14 @@ def simulate(
     work = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="et-convert-simulate-"))
     try:
         work.mkdir(parents=True, exist_ok=True)
-        on_disk = set_on_disk(trace)
-        converted = on_disk is None
-        if converted:
-            prefix = work / "set" / "workload"
-            diagnostics.note(f"simulate: wrote the input as a Chakra set under {prefix.parent} for ASTRA-sim")
-            api.write(trace, prefix, to="chakra", options=options, diagnostics=diagnostics)
-            trace = api.read(prefix.parent, "chakra", Options(), Diagnostics())  # predict what is simulated
-            on_disk = (prefix, prefix.with_name(prefix.name + ".comm_group.json"))
-        prefix, groups = on_disk
+        trace, prefix, groups, converted = _set_to_simulate(trace, work, options, diagnostics)
         lost = without_counterpart(network, trace)
         if lost:
             diagnostics.warn("simulate-network", "ASTRA-sim's Ring has one bandwidth, latency, chunking and "
                              "algorithm for every group; these settings have no counterpart, so both runs use "
                              f"[default] instead: {', '.join(lost)}")
-        flat = flattened(network)
-        predicted, note = _predict(trace, flat)
-        configs = astra_configs(network, len(trace.ranks))
-        for name, text in configs.items():
+        predicted, note = _predict(trace, flattened(network))
+        for name, text in astra_configs(network, len(trace.ranks)).items():
             (work / name).write_text(text)
         transcript, status = _run(binary, work, prefix, groups, timeout_s)
         if keep is not None:
@@ -345,6 +335,22 @@ def simulate(
                          f"{result.crash_signal}) after every rank had finished; the finish times are the ones it "
                          "printed (a known defect of the feeder_v3 build, not a stall)")
     return result
+
+
+def _set_to_simulate(trace: ExecutionTrace, work: Path, options: Options, diagnostics: Diagnostics):
+    """(the model of the set ASTRA-sim reads, its prefix, its comm_group.json, whether it was written
+    here): the input's own files when they are a plain Chakra set, else a set written under `work`
+    and read back, so that our prediction is of exactly what is simulated."""
+    from . import api
+
+    on_disk = set_on_disk(trace)
+    if on_disk is not None:
+        return trace, *on_disk, False
+    prefix = work / "set" / "workload"
+    diagnostics.note(f"simulate: wrote the input as a Chakra set under {prefix.parent} for ASTRA-sim")
+    api.write(trace, prefix, to="chakra", options=options, diagnostics=diagnostics)
+    written = api.read(prefix.parent, "chakra", Options(), Diagnostics())
+    return written, prefix, prefix.with_name(prefix.name + ".comm_group.json"), True
 
 
 def _binary(astra_sim: str | Path) -> str:
