@@ -298,7 +298,8 @@ def simulate_command(
     from_: From = "auto",
     network: Network = None,
     net: NetSet = None,
-    keep: Annotated[Optional[Path], typer.Option(help="Keep the configs, the transcript (astra-sim.log) and a converted set in this directory.")] = None,
+    keep: Annotated[Optional[Path], typer.Option(
+        help="Keep the configs, the transcript (astra-sim.log) and a converted set in this directory.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to let the simulator run.")] = 300.0,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     num_npus: NumNpus = None,

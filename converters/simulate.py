@@ -162,8 +162,10 @@ class Simulation:
             "exit_status": self.exit_status,
             "world": self.world,
             "stuck": self.stuck,
-            "iteration": {"astra_sim_ns": max(self.finished.values()) if self.finished and not self.stuck else None,
-                          "et_convert_ns": max(self.predicted.values(), default=0) if self.predicted is not None else None},
+            "iteration": {
+                "astra_sim_ns": max(self.finished.values()) if self.finished and not self.stuck else None,
+                "et_convert_ns": max(self.predicted.values(), default=0) if self.predicted is not None else None,
+            },
             "ranks": ranks,
             "prediction": self.prediction_note,
             "network": self.network,
@@ -195,7 +197,8 @@ def astra_configs(network: Network, world: int) -> dict[str, str]:
         "endpoint-delay": _whole(p.endpoint_delay_ns),
         "active-chunks-per-dimension": FIXED_SYSTEM["active-chunks-per-dimension"],
         "preferred-dataset-splits": p.chunks,
-        **{f"{coll}-implementation": [p.algorithm] for coll in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")},
+        **{f"{coll}-implementation": [p.algorithm]
+           for coll in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")},
         "collective-optimization": FIXED_SYSTEM["collective-optimization"],
         "local-mem-bw": _whole(p.local_mem_gbps),
         "boost-mode": FIXED_SYSTEM["boost-mode"],
@@ -466,8 +469,10 @@ def render(result: Simulation) -> str:
 def _row(label: str, simulated: int | None, predicted: int | None) -> str:
     sim = "did not finish" if simulated is None else str(simulated)
     pred = "-" if predicted is None else str(predicted)
-    # + 0.0 turns a rounded -0.000 into 0.000
-    diff = f"{round(100 * (predicted - simulated) / simulated, 3) + 0.0:+.3f} %" if simulated and predicted is not None else "-"
+    diff = "-"
+    if simulated and predicted is not None:
+        # + 0.0 turns a rounded -0.000 into 0.000
+        diff = f"{round(100 * (predicted - simulated) / simulated, 3) + 0.0:+.3f} %"
     return f"{label:<12}{sim:>16}{pred:>16}{diff:>12}"
 
 
