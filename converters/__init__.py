@@ -7,12 +7,14 @@ The small public API (see README "Use it from Python"):
     validate(trace)                          -> list of findings
     write(trace, output, to=None)
     convert(inputs, output, to=None, **options)
+    simulate(inputs, astra_sim, **options)   -> Simulation (ASTRA-sim's finish times beside ours)
 """
 
 # The validate subpackage is imported before the function of the same name: importing it
 # later (as api.validate does) would otherwise rebind `converters.validate` to the package.
 from . import validate as _validate_package  # noqa: F401
-from .api import convert, read, schedule, validate, write
+from . import simulate as _simulate_module  # noqa: F401  (the same for converters/simulate.py)
+from .api import convert, read, schedule, simulate, validate, write
 from .diagnostics import Diagnostics, InputError
 from .model import CollType, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
 from .options import Options
@@ -20,7 +22,7 @@ from .options import Options
 __version__ = "0.1.0"
 
 __all__ = [
-    "convert", "read", "schedule", "validate", "write",
+    "convert", "read", "schedule", "simulate", "validate", "write",
     "Diagnostics", "InputError", "Options",
     "CollType", "ExecutionTrace", "Group", "Node", "NodeKind", "Parallel", "Rank",
     "__version__",

@@ -140,3 +140,23 @@ def convert(
     trace = read(paths, fmt, options, diagnostics)
     write(trace, output, to, options, diagnostics)
     return trace
+
+
+def simulate(
+    inputs: str | Path | Iterable[str | Path],
+    astra_sim: str | Path,
+    fmt: str = "auto",
+    options: Options | None = None,
+    diagnostics: Diagnostics | None = None,
+    keep: str | Path | None = None,
+    timeout_s: float = 300.0,
+    **option_values,
+):
+    """Run ASTRA-sim (`astra_sim`: its analytical congestion-unaware binary) on a Chakra set, or on
+    any input written as one first, with configuration files matching our network model; returns
+    a `converters.simulate.Simulation`: per-rank finish times beside our own prediction, `ok`,
+    `verdict`, `stuck` ranks. `keep`: a directory that keeps the configs and the transcript."""
+    from .simulate import simulate as run_simulator
+
+    options = replace(options or Options(), **option_values)
+    return run_simulator(inputs, astra_sim, fmt, options, diagnostics, keep, timeout_s)

@@ -85,6 +85,9 @@ Schedule = Annotated[str, typer.Option(help="Pipeline schedule: 1f1b or gpipe.")
 Step = Annotated[Optional[int], typer.Option(help="OptimusPrime: the step to draw (default: median).")]
 BwdFactor = Annotated[float, typer.Option(help="OptimusPrime: backward time = factor x forward.")]
 P2pBytes = Annotated[Optional[int], typer.Option(help="Bytes sent between stages when the input has none.")]
+KeepBroadcast = Annotated[bool, typer.Option(
+    help="Workload tables: write BROADCAST rows as Chakra BROADCAST nodes (default: no collective, as SimAI and "
+         "ASTRA-sim 1.0 read them).")]
 Network = Annotated[Optional[Path], typer.Option(help="Network cost model (TOML).")]
 NetSet = Annotated[Optional[list[str]], typer.Option(
     "--net", help="Network parameter KEY=VALUE, KIND.KEY=VALUE or size.N.KEY=VALUE (bandwidth_gbps=50, "
@@ -170,6 +173,7 @@ def convert_command(
     step: Step = None,
     bwd_factor: BwdFactor = 2.0,
     p2p_bytes: P2pBytes = None,
+    keep_broadcast: KeepBroadcast = False,
     retime: Annotated[bool, typer.Option(help="Re-time scaling-mode logs with the scheduler.")] = False,
     ranks: Annotated[Optional[str], typer.Option(help="Ranks to draw: e.g. 0-15,1008 or all.")] = None,
     network: Network = None,
@@ -184,7 +188,7 @@ def convert_command(
     options = Options(
         num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, passes=passes, tick_ns=tick_ns,
         bytes_per_element=bytes_per_element, num_layers=num_layers, mode=mode, schedule=schedule,
-        step=step, bwd_factor=bwd_factor, p2p_bytes=p2p_bytes, retime=retime, ranks=ranks,
+        step=step, bwd_factor=bwd_factor, p2p_bytes=p2p_bytes, keep_broadcast=keep_broadcast, retime=retime, ranks=ranks,
         network=network, network_overrides=_net_overrides(net), jobs=jobs, force=force, strict=strict, verbose=verbose,
     )
 
@@ -257,17 +261,65 @@ def stats_command(
     pp: Pp = None,
     ep: Ep = None,
     passes: Passes = 1,
+    keep_broadcast: KeepBroadcast = False,
     verbose: Verbose = False,
     debug: Debug = False,
     quiet: Quiet = False,
 ) -> None:
     options = Options(num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, passes=passes, network=network,
-                      network_overrides=_net_overrides(net), verbose=verbose)
+                      network_overrides=_net_overrides(net), keep_broadcast=keep_broadcast, verbose=verbose)
 
     def action(diagnostics: Diagnostics) -> int:
         from .stats import run
 
         return run(inputs, from_, options, diagnostics, as_json=as_json)
+
+    raise typer.Exit(_run(action, debug, quiet, verbose))
+
+
+@app.command(
+    "simulate",
+    help=(
+        "Run ASTRA-sim on a Chakra set (or any input, written as one first) and print every rank's finish time "
+        "beside et-convert's prediction.\n\n"
+        "Writes ASTRA-sim's network.yml, system.json and remote_memory.json from the network model (--network, "
+        "--net; its default table only: ASTRA-sim's Ring has one set of link parameters). Exit code 0: every rank "
+        "finished; 1: some rank did not (named), or the simulator failed; 2: unusable input.\n\n"
+        "Examples:\n\n"
+        "  export ASTRA_SIM=astra-sim/build/AstraSim_Analytical_Congestion_Unaware   # or --astra-sim BINARY\n\n"
+        "  et-convert simulate samples/chakra_data --network samples/network_astra_ring8.toml\n\n"
+        "  et-convert simulate samples/workloads/astra_data.txt --num-npus 4 --keep sim/"
+    ),
+)
+def simulate_command(
+    inputs: Inputs,
+    astra_sim: Annotated[str, typer.Option(
+        "--astra-sim", envvar="ASTRA_SIM", help="ASTRA-sim's analytical (congestion-unaware) binary.")],
+    from_: From = "auto",
+    network: Network = None,
+    net: NetSet = None,
+    keep: Annotated[Optional[Path], typer.Option(
+        help="Keep the configs, the transcript (astra-sim.log) and a converted set in this directory.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to let the simulator run.")] = 300.0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    num_npus: NumNpus = None,
+    tp: Tp = None,
+    dp: Dp = None,
+    pp: Pp = None,
+    ep: Ep = None,
+    passes: Passes = 1,
+    force: Annotated[bool, typer.Option(help="Simulate a converted set even if validation finds errors.")] = False,
+    verbose: Verbose = False,
+    debug: Debug = False,
+    quiet: Quiet = False,
+) -> None:
+    options = Options(num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, passes=passes, network=network,
+                      network_overrides=_net_overrides(net), force=force, verbose=verbose)
+
+    def action(diagnostics: Diagnostics) -> int:
+        from .simulate import run
+
+        return run(inputs, astra_sim, from_, options, diagnostics, keep=keep, timeout_s=timeout, as_json=as_json)
 
     raise typer.Exit(_run(action, debug, quiet, verbose))
 

@@ -28,6 +28,7 @@ class Options:
     step: int | None = None  # OptimusPrime: which step (default: the median one)
     bwd_factor: float = 2.0  # OptimusPrime: backward = k x forward
     p2p_bytes: int | None = None  # activation bytes between stages when the input has none
+    keep_broadcast: bool = False  # workload tables: BROADCAST becomes a Chakra BROADCAST, not no collective
     retime: bool = False  # Megatron scaling-mode logs: re-time with the scheduler
     # output
     ranks: str | None = None  # Chrome: which ranks to draw, e.g. "0-15,1008" or "all"

@@ -41,7 +41,7 @@ def test_sniffers_tell_the_dialects_apart():
      ":3: expected 12 columns (name, reserved, fwd_compute, fwd_comm_type, ...), found 5"),
     (f"DATA\n1\n{ROW.replace('ALLREDUCE', 'ALLREDUC', 1)}\n",
      ":3: fwd_comm_type: unknown comm type 'ALLREDUC'; expected ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL or NONE"),
-    (f"DATA\n3\n{ROW}\n{ROW}\n", ":4: line 2 announces 3 rows, found 2"),
+    (f"DATA\n3\n{ROW}\n{ROW}\n", ":4: the file ends after 2 of the 3 rows line 2 announces (truncated?)"),
     (f"DATA\n0\n{ROW}\n", ":2: the workload has no rows"),
     (f"DATA\n1\n{ROW.replace('100', '-100', 1)}\n", ":3: fwd_compute: expected a whole number >= 0, found '-100'"),
     (f"DATA\n1\n{ROW.replace('100', 'nan', 1)}\n", ":3: fwd_compute: expected a whole number >= 0, found 'nan'"),
@@ -61,9 +61,15 @@ def test_sniffers_tell_the_dialects_apart():
      "REDUCESCATTER, ALLTOALL and NONE (give --from simai if this is a SimAI file)"),
     (f"DATA\n1\n{ROW.replace('ALLREDUCE', 'ALLREDUCEALLTOALL', 1)}\n",
      ":3: fwd_comm_type: ALLREDUCEALLTOALL is parsed by ASTRA-sim 1.0 but it cannot run it; use ALLREDUCE or ALLTOALL"),
-    (f"HYBRID_CUSTOMIZED model_parallel_NPU_group: 2\n1\nl0\tPIPELINE\t{ROW[3:]}\n",
-     ":3: unknown row policy 'PIPELINE'; expected one of DATA, MODEL, HYBRID_DATA_MODEL, HYBRID_MODEL_DATA, "
-     "HYBRID_TRANSFORMER"),
+    (f"HYBRID_CUSTOMIZED model_parallel_NPU_group: 2\n1\n{ROW}\tPIPELINE\n",
+     ":3: policy (column 13, after update_delay): unknown row policy 'PIPELINE'; expected one of DATA, MODEL, "
+     "HYBRID_DATA_MODEL, HYBRID_MODEL_DATA, HYBRID_TRANSFORMER"),
+    # the way round et-convert once wrote it: the simulators would read DATA as `reserved`
+    (f"HYBRID_CUSTOMIZED model_parallel_NPU_group: 2\n1\nl0\tDATA\t{ROW[3:]}\n",
+     ":3: row policy 'DATA' is in column 2 (reserved); ASTRA-sim 1.0 and SimAI read it from column 13, after "
+     "update_delay: move it to the end of the row"),
+    (f"HYBRID_CUSTOMIZED model_parallel_NPU_group: 2\n1\n{ROW}\n",
+     ":3: expected 13 columns (name, reserved, fwd_compute, ..., update_delay, policy), found 12"),
     (f"HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 2 checkpoints: 1 0 checkpoint_initiates: 1 7\n1\n{ROW}\n",
      ":1: checkpoint row 7 is past the last row (0)"),
     (f"HYBRID_DLRM\n1\n{ROW}\n", ":1: HYBRID_DLRM needs the last bottom-MLP row: 'DLRM_LAST_BOTTOM_LAYER: N'"),

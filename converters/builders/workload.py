@@ -27,6 +27,7 @@ COLL_TYPES = {
     "ALLGATHER": CollType.ALL_GATHER,
     "REDUCESCATTER": CollType.REDUCE_SCATTER,
     "ALLTOALL": CollType.ALL_TO_ALL,
+    "BROADCAST": CollType.BROADCAST,  # only with --keep-broadcast
 }
 ALL_GATHER_CONVENTION = (
     "ALL_GATHER sizes are the per-rank input, as ASTRA-sim reads them: the input's total "
@@ -95,6 +96,29 @@ class Sizes:
             size = -(-size // members)
         label = comm.kind + (f"_{comm.scope}" if comm.scope else "")
         return Coll(ctype, kind, size, label, blocking)
+
+
+def read_broadcasts(w: Workload, keep: bool, trace: ExecutionTrace, diagnostics: Diagnostics) -> None:
+    """BROADCAST cells (AICB writes them): no collective, as SimAI and ASTRA-sim 1.0 read an
+    unknown keyword, unless `keep` (--keep-broadcast) makes them Chakra BROADCAST nodes for
+    simulators that replay them."""
+    cells = [(row, column) for row in w.rows for column in ("fwd_comm", "ig_comm", "wg_comm")
+             if getattr(row, column) is not None and getattr(row, column).kind == workload_text.BROADCAST]
+    if not cells:
+        return
+    if keep:
+        trace.assume(f"{len(cells)} BROADCAST collectives are written as Chakra BROADCAST nodes (--keep-broadcast); "
+                     "SimAI and ASTRA-sim 1.0 would not simulate them.")
+        return
+    for row, column in cells:
+        setattr(row, column, None)
+    sentence = ("BROADCAST collectives are converted as no collective, as SimAI and ASTRA-sim 1.0 read them "
+                "(an unknown keyword to both); their rows' compute times are kept (--keep-broadcast writes "
+                "them as Chakra BROADCAST nodes).")
+    trace.assume(sentence)
+    diagnostics.warn("broadcast", f"{w.path}: converted {{count}} BROADCAST collectives as no collective, as SimAI "
+                                  "and ASTRA-sim 1.0 do; --keep-broadcast keeps them (first at line {first})",
+                     str(cells[0][0].line), count=len(cells))
 
 
 def warn_row_defects(w: Workload, diagnostics: Diagnostics, placeholder_is_missing: bool) -> None:
@@ -176,6 +200,7 @@ def load_simai(paths: list[Path], options: Options, diagnostics: Diagnostics) ->
         raise InputError(where, f"all_gpus {world} is not a multiple of tp*pp = {tp * pp}")
     warn_row_defects(w, diagnostics, placeholder_is_missing=True)
     trace = ExecutionTrace()
+    read_broadcasts(w, options.keep_broadcast, trace, diagnostics)
     trace.units = {
         "compute": "ns (SimAI/AICB files are in ns; a time of 1 is AICB's placeholder for not measured)",
         "comm_size": "bytes",
@@ -277,7 +302,8 @@ def derive_p2p_bytes(w: Workload, blocks: list[list[Row]], tp: int, options: Opt
         size = int(w.header["pp_comm"])
         trace.assume(f"Activations and gradients between stages are {size} bytes per microbatch (pp_comm in the header).")
         return size
-    comms = [r.fwd_comm for r in blocks[0] if r.fwd_comm and not r.fwd_comm.scope]
+    comms = [r.fwd_comm for r in blocks[0]
+             if r.fwd_comm and not r.fwd_comm.scope and r.fwd_comm.kind != workload_text.BROADCAST]
     if not comms:
         raise InputError(w.where(1), "cannot derive the activation size between stages (no pp_comm and no TP "
                                      "collective in the microbatch block); give --p2p-bytes")
@@ -493,6 +519,7 @@ def load_astra(paths: list[Path], options: Options, diagnostics: Diagnostics) ->
         raise UsageError(f"--num-npus must be between 1 and {MAX_RANKS}, got {n}")
     warn_row_defects(w, diagnostics, placeholder_is_missing=False)
     trace = ExecutionTrace()
+    read_broadcasts(w, options.keep_broadcast, trace, diagnostics)
     trace.units = {
         "compute": f"ASTRA-sim 1.0 ticks x {options.tick_ns:g} ns (--tick-ns)",
         "comm_size": "bytes",
@@ -631,8 +658,9 @@ def _astra_ops(w: Workload, sizes: Sizes, tick_ns: float, diagnostics: Diagnosti
         for comm, kind, column in ((row.fwd_comm, fwd_kind, "fwd"), (row.ig_comm, ig_kind, "ig"),
                                    (row.wg_comm, wg_kind, "wg")):
             if comm is not None and column == "ig" and no_ig_row0:
-                diagnostics.warn("ig-row0", f"{w.path}: ASTRA-sim 1.0 issues no input-gradient collective for "
-                                            f"row 0 under {policy}; left it out (line {{first}})", str(row.line))
+                # ASTRA-sim's normal reading of the file, not a defect of it: an assumption (-v lists it)
+                sizes.trace.assume(f"Row 0's input-gradient collective ({row.name}, line {row.line}) is left out: "
+                                   f"ASTRA-sim 1.0 issues none for row 0 under {policy}.")
                 kind = None
             elif comm is not None and kind is None:
                 diagnostics.warn(f"ignored:{policy}:{column}",

@@ -1,9 +1,11 @@
 """ASTRA-sim 1.0 text workloads and their SimAI/AICB dialect: parse into plain records.
 
 Line 1 is the policy keyword and its header fields, line 2 the row count, then one row per
-line with 12 whitespace-separated columns (13 for HYBRID_CUSTOMIZED, whose second column is
-the row's own policy). See FORMATS.md §5. This module only parses and checks; what the
-rows mean for each rank is decided in `converters.builders.workload`.
+line with 12 whitespace-separated columns (13 for HYBRID_CUSTOMIZED, whose last column, after
+the update delay, is the row's own policy: where ASTRA-sim 1.0 and SimAI read it). `BROADCAST`
+is read as a comm type of its own; the builders decide what it becomes. See FORMATS.md §5.
+This module only parses and checks; what the rows mean for each rank is decided in
+`converters.builders.workload`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ POLICIES = (
 # Policies a HYBRID_CUSTOMIZED row may name for itself.
 ROW_POLICIES = ("DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_TRANSFORMER")
 COLLECTIVES = ("ALLREDUCE", "ALLGATHER", "REDUCESCATTER", "ALLTOALL")
+# AICB writes it; the simulators read it as no collective (an unknown keyword to them).
+BROADCAST = "BROADCAST"
 SCOPES = ("EP", "DP_EP")  # SimAI suffixes naming the group: X_EP, X_DP_EP
 COLUMNS = (
     "name", "reserved", "fwd_compute", "fwd_comm_type", "fwd_comm_size", "ig_compute",
@@ -164,7 +168,8 @@ def parse(path: Path, dialect: str, diagnostics: Diagnostics) -> Workload:
     body = numbered[2:]
     if len(body) < count:
         last = body[-1][0] if body else count_line
-        raise InputError(at(name, last), f"line {count_line} announces {count} rows, found {len(body)}")
+        raise InputError(at(name, last), f"the file ends after {len(body)} of the {count} rows line {count_line} "
+                                         "announces (truncated?)")
     if len(body) > count:
         body = _announced_rows_only(name, count_line, count, body, diagnostics)
     customized = workload.policy == "HYBRID_CUSTOMIZED"
@@ -244,14 +249,10 @@ def parse_row(workload: Workload, line: int, tokens: list[str], customized: bool
     where = workload.where(line)
     expected = 13 if customized else 12
     if len(tokens) != expected:
-        names = "name, policy, reserved, fwd_compute, ..." if customized else "name, reserved, fwd_compute, fwd_comm_type, ..."
+        names = ("name, reserved, fwd_compute, ..., update_delay, policy" if customized
+                 else "name, reserved, fwd_compute, fwd_comm_type, ...")
         raise InputError(where, f"expected {expected} columns ({names}), found {len(tokens)}")
-    policy = None
-    if customized:
-        policy = tokens[1]
-        if policy not in ROW_POLICIES:
-            raise InputError(where, f"unknown row policy {policy!r}; expected one of {', '.join(ROW_POLICIES)}")
-        tokens = tokens[:1] + tokens[2:]
+    policy = _row_policy(where, tokens) if customized else None
     if not _is_int(tokens[1]):
         raise InputError(where, f"reserved: expected a whole number (usually -1), found {tokens[1]!r}")
     number = lambda col: _row_int(where, COLUMNS[col], tokens[col])  # noqa: E731
@@ -277,6 +278,20 @@ def parse_row(workload: Workload, line: int, tokens: list[str], customized: bool
     )
 
 
+def _row_policy(where: str, tokens: list[str]) -> str:
+    """A HYBRID_CUSTOMIZED row's own policy: the 13th token, after the update delay, where
+    ASTRA-sim 1.0 and SimAI read it. A policy in the second column is a file written for
+    another reader; the simulators would take it as `reserved` and fail on the 13th token."""
+    policy = tokens[12]
+    if tokens[1] in ROW_POLICIES:
+        raise InputError(where, f"row policy {tokens[1]!r} is in column 2 (reserved); ASTRA-sim 1.0 and SimAI "
+                                "read it from column 13, after update_delay: move it to the end of the row")
+    if policy not in ROW_POLICIES:
+        raise InputError(where, f"policy (column 13, after update_delay): unknown row policy {policy!r}; "
+                                f"expected one of {', '.join(ROW_POLICIES)}")
+    return policy
+
+
 def _row_int(where: str, column: str, token: str) -> int:
     if not (token.isascii() and token.isdigit()):
         raise InputError(where, f"{column}: expected a whole number >= 0, found {token!r}")
@@ -294,7 +309,7 @@ def _comm_type(workload: Workload, where: str, column: str, token: str) -> tuple
         return None, ""
     base, scope = token, ""
     for suffix in SCOPES:  # DP_EP before EP would matter only if EP were checked first
-        if token.endswith("_" + suffix) and token[: -len(suffix) - 1] in COLLECTIVES:
+        if token.endswith("_" + suffix) and token[: -len(suffix) - 1] in (*COLLECTIVES, BROADCAST):
             base, scope = token[: -len(suffix) - 1], suffix
             break
     if scope and workload.dialect != "simai":
@@ -303,7 +318,7 @@ def _comm_type(workload: Workload, where: str, column: str, token: str) -> tuple
     if base == "ALLREDUCEALLTOALL":
         raise InputError(where, f"{column}: ALLREDUCEALLTOALL is parsed by ASTRA-sim 1.0 but it cannot run it; "
                                 "use ALLREDUCE or ALLTOALL")
-    if base not in COLLECTIVES:
+    if base not in COLLECTIVES and base != BROADCAST:
         extra = " (optionally with _EP or _DP_EP)" if workload.dialect == "simai" else ""
         raise InputError(where, f"{column}: unknown comm type {token!r}; expected "
                                 f"{', '.join(COLLECTIVES)}{extra} or NONE")
