@@ -489,3 +489,28 @@ def test_a_long_wait_chain_is_cut():
     assert len(d.blocked) == n - 1 and len(d.chain) == 8 and d.truncated and not d.cycle
     assert [w.rank for w in d.chain] == list(range(8))
     assert str(d).count("waits in") == 8 and "· ... ·" in str(d)
+
+
+def test_representatives_on_a_ring_only_when_groups_lie_alike():
+    """Ranks 0-3 share one program; their groups [0, 3] and [1, 2] look alike but are 2 and 1
+    hops apart on a ring of 5 ranks: with the ring topology they must not share a timeline."""
+    trace = ExecutionTrace()
+    far = trace.add_group("dp", [0, 3])
+    near = trace.add_group("dp", [1, 2])
+    nodes = [compute(0, 1000), coll(1, CollType.ALL_REDUCE, MiB, deps=[0], group=far.id)]
+    for r in range(4):
+        rank = Rank(r, nodes)
+        if r in (1, 2):
+            rank.group_map = {far.id: near.id}
+        trace.ranks[r] = rank
+    trace.ranks[4] = Rank(4, [compute(0, 1000)])
+    trace.parallel.world = 5
+    ring = Network({"default": {"topology": "ring", "chunks": 1}})
+    assert find_quotient(trace) is not None
+    assert find_quotient(trace, ring_size=5) is None
+    timeline = schedule(trace, network=ring)
+    engine = Engine(trace, ring)
+    _starts, ends, _cause = engine.run()
+    for r, rank in enumerate(engine.ranks):
+        assert timeline.ends[rank.rank] == ends[r]
+    assert timeline.ends[0][1] - timeline.ends[1][1] == 2 * 5000  # 2 steps x 1 more hop x 5 µs

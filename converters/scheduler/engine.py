@@ -7,7 +7,11 @@ Rules (ASTRA-sim's, so that our timelines agree with what it would compute):
   same stream, the one first in program order (ascending node id) goes first.
 - The k-th collective a rank issues in a group meets the k-th of every other member: the
   instance starts when the last member issues it and ends for all members together. Group
-  None means every rank of the trace.
+  None means every rank of the trace. Several collectives issued together run one after
+  another in issue order, as they do in ASTRA-sim (measured; see network.py).
+- With a ring network (`topology = "ring"`) a collective costs what its members' places on the
+  ring of all ranks (0 .. highest rank) make it cost, and a send what its hops do; ranks of one
+  role are then only run once when their groups and peers lie alike on the ring.
 - Sends are eager: a send occupies its rank's slot for the transfer time and then completes,
   whether or not the receive was posted. The k-th send on (src, dst, tag) meets the k-th
   receive; the receive ends at max(its issue, the send's end). A fused exchange (a send and a
@@ -35,7 +39,7 @@ from typing import Any
 from ..diagnostics import InputError
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
 from .deadlock import MAX_CHAIN, Deadlock, Wait, wait_chain
-from .network import Network
+from .network import Network, ring_distance, ring_hops
 from .quotient import WORLD, Quotient
 
 # What a node needs to run.
@@ -117,6 +121,8 @@ class Engine:
                 programs[key] = Program(rank.nodes)
             self.progs.append(programs[key])
         self.unique_programs = len(programs)
+        # ASTRA-sim's ring holds one NPU per rank file: ranks 0 .. highest.
+        self.ring_size = max(trace.ranks, default=0) + 1
         self.world = tuple(range(len(self.ranks)))
         self._members: dict[int | None, tuple[int, ...]] = {None: self.world}
         self._coll_cache: list[dict[Any, tuple]] = [{} for _ in self.ranks]
@@ -144,8 +150,9 @@ class Engine:
         cached = self._members[gid] = tuple(positions)
         return cached
 
-    def coll_info(self, r: int, node: Node) -> tuple[Any, int, int, str]:
-        """(instance key, issuers needed, group size, group kind) of a collective on position r."""
+    def coll_info(self, r: int, node: Node) -> tuple[Any, int, int, str, tuple[int, ...] | None]:
+        """(instance key, issuers needed, group size, group kind, ring hops or None) of a
+        collective on position r."""
         cache = self._coll_cache[r]
         info = cache.get(node.group)
         if info is None:
@@ -154,15 +161,28 @@ class Engine:
             kind = self.kind_of(gid, node)
             if self.q is not None:
                 key = self.q.group_class[WORLD if gid is None else gid]
-                info = (key, self.q.needed[key], self.q.size[key], kind)
+                info = (key, self.q.needed[key], self.q.size[key], kind, self.hops_of(gid, self.q.size[key], kind))
             else:
                 members = self.members(gid, rank, node)
                 if len(members) > 1 and r not in members:
                     raise InputError(node.source, f"rank {rank.rank} node {node.id} \"{node.name}\" is a collective in "
                                      f"group {self.trace.groups[gid].label}, which does not include rank {rank.rank}")
-                info = (gid, len(members), len(members), kind)
+                info = (gid, len(members), len(members), kind, self.hops_of(gid, len(members), kind))
             cache[node.group] = info
         return info
+
+    def hops_of(self, gid: int | None, size: int, kind: str) -> tuple[int, ...] | None:
+        """The group's ring edge lengths when its kind's network is a ring of all ranks."""
+        if not self.net.on_ring(kind, size):
+            return None
+        members = tuple(sorted(self.trace.ranks)) if gid is None else self.trace.groups[gid].members
+        return ring_hops(members, self.ring_size)
+
+    def send_ns(self, r: int, node: Node) -> int:
+        rank = self.ranks[r]
+        kind = self.kind_of(rank.group_of(node), node)
+        hops = ring_distance(rank.rank, rank.peer_of(node), self.ring_size) if self.net.on_ring(kind) else 1
+        return self.net.p2p_ns(node.size, kind, hops)
 
     def channel_key(self, r: int, node: Node, sending: bool) -> tuple:
         """(src, dst, tag) of a send or receive on position r; ranks, or classes with a quotient."""
@@ -224,7 +244,7 @@ class Engine:
             finish_at(end, r, i)
 
         def issue_collective(r: int, i: int, t: int, node: Node) -> None:
-            gkey, needed, size, kind = coll_info(r, node)
+            gkey, needed, size, kind, hops = coll_info(r, node)
             counts = coll_count[r]
             k = counts.get(gkey, 0)
             counts[gkey] = k + 1
@@ -233,7 +253,7 @@ class Engine:
             if inst is None:
                 inst = instances[key] = [needed, [], 0, NO_CAUSE]
             inst[1].append((r, i))
-            cost = net.collective_ns(node.coll, node.size, size, kind)
+            cost = net.collective_ns(node.coll, node.size, size, kind, hops)
             if cost > inst[2]:
                 inst[2] = cost
             inst[3] = cause[r][i]  # the last member to issue decides the start
@@ -247,9 +267,8 @@ class Engine:
                     finish_at(end, r2, i2)
 
         def issue_send(r: int, i: int, t: int, node: Node) -> None:
-            rank = ranks[r]
             starts[r][i] = t
-            end = ends[r][i] = t + net.p2p_ns(node.size, self.kind_of(rank.group_of(node), node))
+            end = ends[r][i] = t + self.send_ns(r, node)
             finish_at(end, r, i)
             sends, recvs = channel(channel_key(r, node, True))
             if recvs:

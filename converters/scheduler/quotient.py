@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import ExecutionTrace, NodeKind, Rank
+from .network import ring_distance, ring_hops
 
 WORLD = ("world",)
 
@@ -69,8 +70,12 @@ def _order(key):
     return (0, 0) if key == WORLD else (1, key)
 
 
-def find_quotient(trace: ExecutionTrace) -> Quotient | None:
-    """The classes and group classes, or None when ranks of one class may behave differently."""
+def find_quotient(trace: ExecutionTrace, ring_size: int | None = None) -> Quotient | None:
+    """The classes and group classes, or None when ranks of one class may behave differently.
+
+    `ring_size`: when messages pay latency per hop of a ring of that many ranks, the groups of
+    a group class must also lie alike on the ring, and the peers of a class's ranks at the
+    same distance."""
     ranks = trace.sorted_ranks()
     classes_of_ranks = _classes(ranks)
     if len(classes_of_ranks) == len(ranks):
@@ -141,7 +146,8 @@ def find_quotient(trace: ExecutionTrace) -> Quotient | None:
     for gid in sorted(member_sets, key=_order):
         members = member_sets[gid]
         kind = "world" if gid == WORLD else trace.groups[gid].kind
-        this = (kind, len(members), frozenset(class_of.get(m, -1) for m in members))
+        this = (kind, len(members), frozenset(class_of.get(m, -1) for m in members),
+                ring_hops(tuple(members), ring_size) if ring_size else None)
         if -1 in this[2]:
             return None
         key = group_class[gid]
@@ -159,6 +165,8 @@ def find_quotient(trace: ExecutionTrace) -> Quotient | None:
                     return None
 
     if not _peers_consistent(classes, class_of, reps, raw_peers, pview):
+        return None
+    if ring_size and not _peers_equally_far(classes, raw_peers, pview, ring_size):
         return None
     needed = {key: len(s[2]) for key, s in shape.items()}
     size = {key: s[1] for key, s in shape.items()}
@@ -220,6 +228,16 @@ def _peers_consistent(classes, class_of, reps, raw_peers, pview) -> bool:
         for (_pc, tag), s in recvs.items():
             other = talk.get(s, ({}, {}))[0].get((c, tag))
             if other is not None and other != r:
+                return False
+    return True
+
+
+def _peers_equally_far(classes, raw_peers, pview, ring_size: int) -> bool:
+    """Every rank of a class is as many ring hops from its peer as its representative."""
+    for c, members in enumerate(classes):
+        for entry in raw_peers[c]:
+            distances = {ring_distance(r, pview[r][entry], ring_size) for r in members}
+            if len(distances) > 1:
                 return False
     return True
 
