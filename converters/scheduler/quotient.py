@@ -255,9 +255,27 @@ def _classes(ranks: list[Rank]) -> list[list[Rank]]:
         by_list.setdefault(id(rank.nodes), []).append(rank)
     lists = list(by_list.values())
     if len(lists) > 1:
+        lists = _merge_equal_programs(lists)
+    for members in lists:
+        members.sort(key=lambda rank: rank.rank)
+    return sorted(lists, key=lambda members: members[0].rank)
+
+
+def _merge_equal_programs(lists: list[list[Rank]]) -> list[list[Rank]]:
+    """Merge the rank lists whose node lists are equal in timing (`_columns`). Lists are first
+    bucketed by length and durations, which separates every-rank-distinct programs (measured
+    logs) without building their other columns."""
+    by_durations: dict[tuple, list[list[Rank]]] = {}
+    for members in lists:
+        nodes = members[0].nodes
+        by_durations.setdefault((len(nodes), tuple([n.duration_ns for n in nodes])), []).append(members)
+    merged: list[list[Rank]] = []
+    for candidates in by_durations.values():
+        if len(candidates) == 1:
+            merged.extend(candidates)
+            continue
         buckets: dict[tuple, list[tuple[tuple, list[Rank]]]] = {}
-        merged: list[list[Rank]] = []
-        for members in lists:
+        for members in candidates:
             nodes = members[0].nodes
             columns = _columns(nodes)
             # Only ints and None go into the key: their hashes do not change between runs.
@@ -269,10 +287,7 @@ def _classes(ranks: list[Rank]) -> list[list[Rank]]:
             else:
                 buckets[key].append((columns, members))
                 merged.append(members)
-        lists = merged
-    for members in lists:
-        members.sort(key=lambda rank: rank.rank)
-    return sorted(lists, key=lambda members: members[0].rank)
+    return merged
 
 
 def _columns(nodes) -> tuple:
