@@ -561,3 +561,20 @@ def test_a_run_ending_with_a_collective_keeps_the_cause_of_their_common_dependen
     assert ends[0][1] == ends[0][2] == 2 * step
     assert cause[0][3] == 1  # node 1 of rank position 0
     assert (starts, ends, cause) == Engine(trace, net, runs=False).run()
+
+
+def test_memory_nodes_beside_the_compute_stream_count_once_as_busy():
+    """Compute 0-1000 then 1000-1500; a memory load (issued at once, beside the stream)
+    1000 ns from 0 and a store of 700 ns after the first compute (1000-1700); an all-reduce of
+    two ranks (2 steps of 300 ns) after the second compute (1500-2100): busy 0-1700, exposed
+    1700-2100."""
+    from converters.model import Node
+
+    nodes = [compute(0, 1000), compute(1, 500, deps=[0]),
+             Node(2, "load", NodeKind.MEM_LOAD, duration_ns=1000),
+             Node(3, "store", NodeKind.MEM_STORE, duration_ns=700, deps=[0]),
+             coll(4, CollType.ALL_REDUCE, 0, deps=[1])]
+    net = simple_net(latency=300)
+    summary = schedule(shared_trace(2, nodes), network=net).summary
+    row = summary["ranks"]["0"]
+    assert row == {"finish_ns": 2100, "compute_ns": 1700, "exposed_comm_ns": 400, "idle_ns": 0}

@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 from itertools import accumulate, compress
 from operator import not_
-from collections import deque
 from typing import Any
 
 from ..diagnostics import InputError
@@ -101,7 +101,8 @@ class Program:
         self.index_of = _Contiguous(base, count) if contiguous else index_of
         self.types = types = [_TYPE_OF.get(n.kind, T_OTHER) for n in nodes]
         self.queue = [_QUEUE_BY_TYPE[t] for t in types]
-        self.durations = [d if d > 0 else 0 for d in [n.duration_ns for n in nodes]]  # a negative time would run the clock back
+        # A negative time would run the clock back.
+        self.durations = [d if d > 0 else 0 for d in [n.duration_ns for n in nodes]]
         dependents: list[list[int]] = [[] for _ in nodes]
         ndeps = [0] * count
         missing: dict[int, list[int]] = {}  # node index -> dep ids that do not exist
@@ -144,9 +145,9 @@ class Program:
     def _find_runs(self) -> None:
         """Runs of compute nodes that, once the first starts, run back to back.
 
-        `compute_order` lists the compute nodes in issue order; `linked[c]` says the node at place c + 1 continues
-        the node at place c: its only dependency is that node and it is that node's only
-        dependent. When a run's first node starts and every compute node before it in issue
+        `compute_order` lists the compute nodes in issue order; `linked[c]` says the node at
+        place c + 1 continues the node at place c: its only dependency is that node and it is
+        that node's only dependent. When a run's first node starts and every compute node before it in issue
         order has started, nothing else can take the compute stream until the run ends (every
         other compute node comes later in issue order), and the run's inner ends release only
         the next node of the run: the loop then sets the whole run at once and keeps one
@@ -290,6 +291,9 @@ class Engine:
         busy = [[False, False] for _ in ranks]  # compute stream, comm slot
         last = [[NO_CAUSE, NO_CAUSE] for _ in ranks]  # encoded node that last freed each
         done = [0] * nranks
+        # Per rank: when its compute stream is busy, as [start, end] in time order (the summary's
+        # compute time without sorting every node).
+        computing: list[list[list[int]]] = [[] for _ in ranks]
         first_unstarted = [0] * nranks  # per rank: place in compute_order of the first compute node not started
         coll_count: list[dict[Any, int]] = [{} for _ in ranks]
         instances: dict[tuple[Any, int], list] = {}  # (gid, k) -> [needed, entries, cost, cause]
@@ -428,6 +432,12 @@ class Engine:
                 c = first_unstarted[r]
                 if runs and prog.compute_order[c] == i:  # every compute node before it has started
                     i, end = run_compute(r, prog, c, i, end)
+                if end > t:  # the stream's busy time, touching stretches joined
+                    stretches = computing[r]
+                    if stretches and stretches[-1][1] == t:
+                        stretches[-1][1] = end
+                    else:
+                        stretches.append([t, end])
                 push(events, (end, next(counter), r, i))
             if comm_q and not busy_r[Q_COMM]:
                 i = by_prio[pop(comm_q)]
@@ -481,6 +491,7 @@ class Engine:
 
         self.state = state
         self.done = done
+        self.computing = computing
         self._pending_instances = instances
         self._channels = channels
         if any(done[r] < len(progs[r].nodes) for r in range(nranks)):

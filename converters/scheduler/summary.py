@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import NodeKind
-from .engine import T_COLL, T_COMPUTE, T_OTHER, T_RECV, T_SEND, Engine
+from .engine import T_COLL, T_OTHER, T_RECV, T_SEND, Engine
 
 TOP_CONTRIBUTORS = 10
 _BUSY_KINDS = (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
@@ -26,7 +26,7 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
     for r in range(len(engine.ranks)):
         key = id(starts[r])
         if key not in cache:
-            cache[key] = _breakdown(engine.progs[r], starts[r], ends[r])
+            cache[key] = _breakdown(engine.progs[r], starts[r], ends[r], engine.computing[r])
         members = engine.class_members(r)
         for rank in members:
             ranks_out[str(rank)] = dict(cache[key])
@@ -41,13 +41,13 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
     }
 
 
-def _breakdown(prog, st: list[int], en: list[int]) -> dict[str, int]:
-    compute_nodes, memory_nodes, talk_nodes = _busy_and_talk(prog)
-    busy = [(st[i], en[i]) for i in compute_nodes if en[i] > st[i]]
+def _breakdown(prog, st: list[int], en: list[int], computing: list[list[int]]) -> dict[str, int]:
+    """`computing`: the engine's record of when the rank's compute stream was busy (sorted,
+    touching stretches joined); memory nodes, which run beside it, are added when there are any."""
+    memory_nodes, talk_nodes = _memory_and_talk(prog)
+    busy = computing
     if memory_nodes:
-        busy = _merge(busy + [(st[i], en[i]) for i in memory_nodes if en[i] > st[i]])
-    else:
-        busy = _merge_disjoint(busy)  # one compute stream: its nodes never overlap
+        busy = _merge([(a, b) for a, b in computing] + [(st[i], en[i]) for i in memory_nodes if en[i] > st[i]])
     talk = _merge([(st[i], en[i]) for i in talk_nodes if en[i] > st[i]])
     finish = max(en, default=0)
     compute = sum(b - a for a, b in busy)
@@ -56,25 +56,15 @@ def _breakdown(prog, st: list[int], en: list[int]) -> dict[str, int]:
             "idle_ns": max(0, finish - compute - exposed)}
 
 
-def _busy_and_talk(prog) -> tuple[list[int], list[int], list[int]]:
-    """Indices of a program's compute nodes, memory nodes (both keep a rank busy) and
+def _memory_and_talk(prog) -> tuple[list[int], list[int]]:
+    """Indices of a program's memory nodes (busy beside the compute stream) and of its
     communication nodes."""
     types, nodes = prog.types, prog.nodes
-    compute = [i for i, typ in enumerate(types) if typ == T_COMPUTE]
-    memory = [i for i, typ in enumerate(types) if typ == T_OTHER and nodes[i].kind in _MEMORY_KINDS]
+    memory = []
+    if T_OTHER in types:
+        memory = [i for i, typ in enumerate(types) if typ == T_OTHER and nodes[i].kind in _MEMORY_KINDS]
     talk = [i for i, typ in enumerate(types) if typ == T_COLL or typ == T_SEND or typ == T_RECV]
-    return compute, memory, talk
-
-
-def _merge_disjoint(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """`_merge` for intervals that do not overlap (they may touch): join the touching ones."""
-    intervals.sort()
-    if not intervals:
-        return intervals
-    firsts = [a for a, _ in intervals]
-    lasts = [b for _, b in intervals]
-    gaps = [k for k, (b, a) in enumerate(zip(lasts, firsts[1:]), 1) if a > b]
-    return [(firsts[s], lasts[e - 1]) for s, e in zip([0, *gaps], [*gaps, len(intervals)])]
+    return memory, talk
 
 
 def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
