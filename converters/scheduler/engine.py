@@ -405,50 +405,62 @@ class Engine:
 
         def issue(r: int, t: int) -> None:
             """Start what rank position r can start at time t."""
-            prog = progs[r]
-            by_prio, nodes, types, durations = prog.by_prio, prog.nodes, prog.types, prog.durations
-            st, en, ca, sr, ra = starts[r], ends[r], cause[r], state[r], ready_at[r]
             comp_q, comm_q, free_q = queues[r]
             busy_r = busy[r]
+            if free_q:
+                issue_free(r, t, free_q)
+            if comp_q and not busy_r[Q_COMPUTE]:
+                busy_r[Q_COMPUTE] = True
+                start_compute(r, t, comp_q)
+            if comm_q and not busy_r[Q_COMM]:
+                busy_r[Q_COMM] = True
+                start_comm(r, t, comm_q)
+
+        def issue_free(r: int, t: int, free_q: list[int]) -> None:
+            """Receives, metadata and memory nodes need no stream: all start at once."""
+            prog = progs[r]
+            by_prio, types, sr, st = prog.by_prio, prog.types, state[r], starts[r]
             while free_q:
                 i = by_prio[pop(free_q)]
                 sr[i] = S_ISSUED
                 st[i] = t
                 if types[i] == T_RECV:
-                    post_recv(r, i, t, nodes[i])
+                    post_recv(r, i, t, prog.nodes[i])
                 else:
-                    end = en[i] = t + durations[i]
+                    end = ends[r][i] = t + prog.durations[i]
                     push(events, (end, next(counter), r, i))
-            # A node's cause: its last dependency if it became ready just now, else the node
-            # that freed its stream.
-            if comp_q and not busy_r[Q_COMPUTE]:
-                i = by_prio[pop(comp_q)]
-                busy_r[Q_COMPUTE] = True
-                sr[i] = S_ISSUED
-                st[i] = t
-                if ra[i] != t and last[r][Q_COMPUTE] != NO_CAUSE:
-                    ca[i] = last[r][Q_COMPUTE]
-                end = en[i] = t + durations[i]
-                c = first_unstarted[r]
-                if runs and prog.compute_order[c] == i:  # every compute node before it has started
-                    i, end = run_compute(r, prog, c, i, end)
-                if end > t:  # the stream's busy time, touching stretches joined
-                    stretches = computing[r]
-                    if stretches and stretches[-1][1] == t:
-                        stretches[-1][1] = end
-                    else:
-                        stretches.append([t, end])
-                push(events, (end, next(counter), r, i))
-            if comm_q and not busy_r[Q_COMM]:
-                i = by_prio[pop(comm_q)]
-                busy_r[Q_COMM] = True
-                sr[i] = S_ISSUED
-                if ra[i] != t and last[r][Q_COMM] != NO_CAUSE:
-                    ca[i] = last[r][Q_COMM]
-                if types[i] == T_COLL:
-                    issue_collective(r, i, t, nodes[i])
+
+        # A node's cause: its last dependency if it became ready just now, else the node that
+        # freed its stream.
+        def start_compute(r: int, t: int, comp_q: list[int]) -> None:
+            prog = progs[r]
+            i = prog.by_prio[pop(comp_q)]
+            state[r][i] = S_ISSUED
+            starts[r][i] = t
+            if ready_at[r][i] != t and last[r][Q_COMPUTE] != NO_CAUSE:
+                cause[r][i] = last[r][Q_COMPUTE]
+            end = ends[r][i] = t + prog.durations[i]
+            c = first_unstarted[r]
+            if runs and prog.compute_order[c] == i:  # every compute node before it has started
+                i, end = run_compute(r, prog, c, i, end)
+            if end > t:  # the stream's busy time, touching stretches joined
+                stretches = computing[r]
+                if stretches and stretches[-1][1] == t:
+                    stretches[-1][1] = end
                 else:
-                    issue_send(r, i, t, nodes[i])
+                    stretches.append([t, end])
+            push(events, (end, next(counter), r, i))
+
+        def start_comm(r: int, t: int, comm_q: list[int]) -> None:
+            prog = progs[r]
+            i = prog.by_prio[pop(comm_q)]
+            state[r][i] = S_ISSUED
+            if ready_at[r][i] != t and last[r][Q_COMM] != NO_CAUSE:
+                cause[r][i] = last[r][Q_COMM]
+            if prog.types[i] == T_COLL:
+                issue_collective(r, i, t, prog.nodes[i])
+            else:
+                issue_send(r, i, t, prog.nodes[i])
 
         for r, prog in enumerate(progs):
             queue, prio, sr = prog.queue, prog.prio, state[r]
