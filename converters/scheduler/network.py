@@ -70,7 +70,11 @@ apart in ASTRA-sim (the member after the long edge last); here all end with the 
 
 What ASTRA-sim does with several collectives on one rank: they run one after another in issue
 order (two all-reduces issued together on 8 ranks: the first ends at 65,440 ns, the second at
-129,880, as here), although its queue is LIFO.
+129,880, as here), although its queue is LIFO; also in different groups (rank 0 issuing an
+all-reduce in [0, 1, 2, 3] and one in [0, 4] at once: 1 MiB each, the second ends at 86,620,
+here 86,605). Not modelled: a member that issued a collective early ends it up to one ring step
+before the member that issued it last (in that case rank 4 ends the [0, 4] all-reduce at
+82,179, rank 0 at 86,620); here every member ends with the last.
 
 Calibration: ring of 8 ranks, 50 GB/s, 500 ns, 4 chunks, endpoint delay 10 ns, local memory
 1600 GB/s reproduces ASTRA-sim's iteration times for ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER
