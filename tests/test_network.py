@@ -89,13 +89,13 @@ def test_sample_network_files_load_their_values():
     ring = load_network(ROOT / "samples" / "network_astra_ring8.toml")
     assert ring.origin == "network_astra_ring8.toml"
     calibrated = {"bandwidth_gbps": 50.0, "latency_ns": 500.0, "chunks": 4, "algorithm": "ring",
-                  "endpoint_delay_ns": 10.0, "local_mem_gbps": 1600.0}
+                  "endpoint_delay_ns": 10.0, "local_mem_gbps": 1600.0, "topology": "ring"}
     for kind in ("default", "tp", "dp", "ep"):  # [default] replaces the built-in NVLink values too
         assert ring.params(kind).as_dict() == calibrated
 
     h100 = load_network(ROOT / "samples" / "network_h100_cluster.toml")
     assert h100.params("tp").as_dict() == {"bandwidth_gbps": 400.0, "latency_ns": 1000.0, "chunks": 1,
-                                           "algorithm": "ring", "endpoint_delay_ns": 10.0, "local_mem_gbps": 1600.0}
+                                           "algorithm": "ring", "endpoint_delay_ns": 10.0, "local_mem_gbps": 1600.0, "topology": "flat"}
     assert (h100.params("ep").bandwidth_gbps, h100.params("ep").latency_ns) == (400.0, 1000.0)
     assert (h100.params("pp").bandwidth_gbps, h100.params("pp").latency_ns) == (50.0, 3000.0)
     assert (h100.params("dp").bandwidth_gbps, h100.params("dp").latency_ns) == (50.0, 5000.0)
@@ -199,3 +199,46 @@ def test_size_overrides_on_the_command_line(tmp_path):
     assert net.params("pp", 4).chunks == 1
     assert net.describe()["size"] == {"8": {"bandwidth_gbps": 300.0, "chunks": 2},
                                       "16": {"bandwidth_gbps": 10.0}}
+
+
+def test_ring_hops_take_the_shorter_way_round():
+    from converters.scheduler.network import ring_distance, ring_hops
+
+    assert ring_distance(0, 7, 8) == 1 and ring_distance(1, 6, 8) == 3 and ring_distance(0, 4, 8) == 4
+    assert ring_hops((0, 1, 2, 3), 8) == (1, 1, 1, 3)
+    assert ring_hops((9, 0, 3, 6), 12) == (3, 3, 3, 3)  # members in rank order
+    assert ring_hops((0, 1, 2), 3) == (1, 1, 1)
+
+
+def test_ring_latency_follows_the_slowest_chain_of_steps():
+    from converters.scheduler.network import _path_hops
+
+    assert _path_hops((1, 1, 1, 3), 24) == 36  # whole laps: every edge 6 times
+    assert _path_hops((1, 1, 2), 8) == 11  # two laps, then the heaviest two edges in a row
+    assert _path_hops((2, 2), 3) == 6
+
+
+def test_ring_topology_changes_only_the_latency_term():
+    flat = plain(chunks=2)
+    ring = Network({"default": {"latency_ns": 100, "endpoint_delay_ns": 0, "local_mem_gbps": 1e12,
+                                "bandwidth_gbps": 1e9 / (1 << 30), "chunks": 2, "topology": "ring"}})
+    size = 4000
+    uniform = ring.collective_ns(CollType.ALL_REDUCE, size, 4, "dp", (1, 1, 1, 1))
+    assert uniform == flat.collective_ns(CollType.ALL_REDUCE, size, 4, "dp")
+    # 12 steps over edges 1,1,1,3 hops: 3 laps of 6 hops instead of 12 x 1.
+    assert ring.collective_ns(CollType.ALL_REDUCE, size, 4, "dp", (1, 1, 1, 3)) == uniform + 6 * 100
+    assert ring.p2p_ns(5000, "pp", 3) == 3 * 100 + 5000
+
+
+def test_topology_must_be_flat_or_ring():
+    with pytest.raises(InputError) as e:
+        load_network(None, {"topology": "torus"})
+    assert str(e.value) == "network option topology: topology must be one of flat, ring, found 'torus'"
+
+
+def test_split_into_chunks_as_astra_sim():
+    from converters.scheduler.network import split_into_chunks
+
+    assert split_into_chunks(1 << 20, 4) == (1 << 18, 4)
+    assert split_into_chunks((1 << 20) + 1, 4) == (1 << 18, 5)
+    assert split_into_chunks(0, 4) == (0, 4)

@@ -489,3 +489,92 @@ def test_a_long_wait_chain_is_cut():
     assert len(d.blocked) == n - 1 and len(d.chain) == 8 and d.truncated and not d.cycle
     assert [w.rank for w in d.chain] == list(range(8))
     assert str(d).count("waits in") == 8 and "· ... ·" in str(d)
+
+
+def test_representatives_on_a_ring_only_when_groups_lie_alike():
+    """Ranks 0-3 share one program; their groups [0, 3] and [1, 2] look alike but are 2 and 1
+    hops apart on a ring of 5 ranks: with the ring topology they must not share a timeline."""
+    trace = ExecutionTrace()
+    far = trace.add_group("dp", [0, 3])
+    near = trace.add_group("dp", [1, 2])
+    nodes = [compute(0, 1000), coll(1, CollType.ALL_REDUCE, MiB, deps=[0], group=far.id)]
+    for r in range(4):
+        rank = Rank(r, nodes)
+        if r in (1, 2):
+            rank.group_map = {far.id: near.id}
+        trace.ranks[r] = rank
+    trace.ranks[4] = Rank(4, [compute(0, 1000)])
+    trace.parallel.world = 5
+    ring = Network({"default": {"topology": "ring", "chunks": 1}})
+    assert find_quotient(trace) is not None
+    assert find_quotient(trace, ring_size=5) is None
+    timeline = schedule(trace, network=ring)
+    engine = Engine(trace, ring)
+    _starts, ends, _cause = engine.run()
+    for r, rank in enumerate(engine.ranks):
+        assert timeline.ends[rank.rank] == ends[r]
+    assert timeline.ends[0][1] - timeline.ends[1][1] == 2 * 5000  # 2 steps x 1 more hop x 5 µs
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_runs_of_compute_nodes_set_at_once_give_the_node_by_node_schedule(seed):
+    """The engine sets a run of compute nodes (each the only dependent of the one before) in
+    one step; start, end and cause of every node must be what the node-by-node loop gives,
+    also with ties (durations 0 and equal ends), nodes of several dependencies and collectives."""
+    rng = random.Random(seed)
+    ranks = rng.choice((2, 3, 4))
+    collectives = rng.randint(0, 4)
+    programs = {}
+    for r in range(ranks):
+        kinds = ["compute"] * rng.randint(3, 30) + ["collective"] * collectives
+        rng.shuffle(kinds)
+        nodes = []
+        for nid, kind in enumerate(kinds):
+            deps = sorted(rng.sample(range(nid), min(nid, rng.choice((0, 1, 1, 1, 1, 2, 3))))) if nid else []
+            if kind == "compute":
+                nodes.append(compute(nid, rng.choice((0, 100, 100, 200, 300)), deps=deps))
+            else:
+                nodes.append(coll(nid, CollType.ALL_REDUCE, rng.choice((0, 4096)), deps=deps))
+        programs[r] = nodes
+    trace = trace_of(programs)
+    by_runs = Engine(trace, simple_net()).run()
+    node_by_node = Engine(trace, simple_net(), runs=False).run()
+    assert by_runs == node_by_node
+
+
+def test_a_run_ending_with_a_collective_keeps_the_cause_of_their_common_dependent():
+    """Rank 0 runs computes 0 -> 1 while its collective 2 waits for rank 1; both end at the same
+    time and node 3 needs both. Node by node, the collective's end was scheduled first (when it
+    started) and node 1's later, so node 1 is node 3's cause: the run must stop before node 1
+    rather than schedule node 1's end ahead of the collective's."""
+    net = simple_net()
+    cost = net.collective_ns(CollType.ALL_REDUCE, 4096, 2, "dp")
+    step = cost * 3 // 4
+    rank1_compute = 2 * step - cost  # the collective starts then, before node 1 starts
+    assert 0 < rank1_compute < step
+    trace = ExecutionTrace()
+    group = trace.add_group("dp", [0, 1])
+    trace.ranks[0] = Rank(0, [compute(0, step), compute(1, step, deps=[0]),
+                              coll(2, CollType.ALL_REDUCE, 4096, group=group.id), compute(3, 10, deps=[1, 2])])
+    trace.ranks[1] = Rank(1, [compute(0, rank1_compute), coll(1, CollType.ALL_REDUCE, 4096, deps=[0], group=group.id)])
+    starts, ends, cause = Engine(trace, net).run()
+    assert ends[0][1] == ends[0][2] == 2 * step
+    assert cause[0][3] == 1  # node 1 of rank position 0
+    assert (starts, ends, cause) == Engine(trace, net, runs=False).run()
+
+
+def test_memory_nodes_beside_the_compute_stream_count_once_as_busy():
+    """Compute 0-1000 then 1000-1500; a memory load (issued at once, beside the stream)
+    1000 ns from 0 and a store of 700 ns after the first compute (1000-1700); an all-reduce of
+    two ranks (2 steps of 300 ns) after the second compute (1500-2100): busy 0-1700, exposed
+    1700-2100."""
+    from converters.model import Node
+
+    nodes = [compute(0, 1000), compute(1, 500, deps=[0]),
+             Node(2, "load", NodeKind.MEM_LOAD, duration_ns=1000),
+             Node(3, "store", NodeKind.MEM_STORE, duration_ns=700, deps=[0]),
+             coll(4, CollType.ALL_REDUCE, 0, deps=[1])]
+    net = simple_net(latency=300)
+    summary = schedule(shared_trace(2, nodes), network=net).summary
+    row = summary["ranks"]["0"]
+    assert row == {"finish_ns": 2100, "compute_ns": 1700, "exposed_comm_ns": 400, "idle_ns": 0}

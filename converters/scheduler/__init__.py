@@ -67,7 +67,7 @@ def _run(trace: ExecutionTrace, network: Network):
 
 
 def _run_all(trace: ExecutionTrace, network: Network):
-    quotient = find_quotient(trace)
+    quotient = find_quotient(trace, max(trace.ranks, default=0) + 1 if network.uses_ring() else None)
     if quotient is not None:
         engine = Engine(trace, network, quotient)
         try:

@@ -7,7 +7,11 @@ Rules (ASTRA-sim's, so that our timelines agree with what it would compute):
   same stream, the one first in program order (ascending node id) goes first.
 - The k-th collective a rank issues in a group meets the k-th of every other member: the
   instance starts when the last member issues it and ends for all members together. Group
-  None means every rank of the trace.
+  None means every rank of the trace. Several collectives issued together run one after
+  another in issue order, as they do in ASTRA-sim (measured; see network.py).
+- With a ring network (`topology = "ring"`) a collective costs what its members' places on the
+  ring of all ranks (0 .. highest rank) make it cost, and a send what its hops do; ranks of one
+  role are then only run once when their groups and peers lie alike on the ring.
 - Sends are eager: a send occupies its rank's slot for the transfer time and then completes,
   whether or not the receive was posted. The k-th send on (src, dst, tag) meets the k-th
   receive; the receive ends at max(its issue, the send's end). A fused exchange (a send and a
@@ -20,6 +24,11 @@ that a 1024-rank job of 16 pipeline stages builds 16 tables, not 1024. When rank
 are bound to behave alike, the loop runs only one representative per role (quotient.py);
 `Engine(trace, network)` without a quotient runs every rank.
 
+Speed: a run of compute nodes, each the only dependent of the one before, is set in one step
+once its first node starts ahead of every other compute node of its rank (Program._find_runs):
+one event per run instead of one per node, the same starts, ends and causes to the nanosecond
+(`Engine(..., runs=False)` gives the node-by-node loop the tests compare with).
+
 For every node the loop also records its *cause*, the node whose end let it start (its last
 dependency, the previous node on its stream, the last member to issue a collective, or the
 send of a receive); following causes back from the last node gives the critical path.
@@ -30,12 +39,14 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
+from itertools import accumulate, compress
+from operator import not_
 from typing import Any
 
 from ..diagnostics import InputError
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
 from .deadlock import MAX_CHAIN, Deadlock, Wait, wait_chain
-from .network import Network
+from .network import Network, ring_distance, ring_hops
 from .quotient import WORLD, Quotient
 
 # What a node needs to run.
@@ -49,35 +60,67 @@ _TYPE_OF = {
 # Which per-rank queue a ready node waits in: the compute stream, the communication slot, or
 # none (issued at once).
 Q_COMPUTE, Q_COMM, Q_FREE = 0, 1, 2
-_QUEUE_OF = {T_COMPUTE: Q_COMPUTE, T_COLL: Q_COMM, T_SEND: Q_COMM, T_RECV: Q_FREE, T_OTHER: Q_FREE}
+_QUEUE_BY_TYPE = (Q_COMPUTE, Q_COMM, Q_COMM, Q_FREE, Q_FREE)  # indexed by T_*
 # Node states.
 S_WAITING, S_READY, S_ISSUED, S_DONE = 0, 1, 2, 3
 
 NO_CAUSE = -1
 
 
+class _Contiguous:
+    """Node id -> index for ids base, base + 1, ... (the `get` of a dict that is not built)."""
+
+    __slots__ = ("base", "count")
+
+    def __init__(self, base: int, count: int):
+        self.base, self.count = base, count
+
+    def get(self, nid: int, default=None):
+        j = nid - self.base
+        return j if 0 <= j < self.count else default
+
+
 class Program:
     """What every rank running one node list has in common."""
 
-    __slots__ = ("nodes", "types", "queue", "durations", "ndeps", "dependents", "prio", "by_prio", "missing", "index_of")
+    __slots__ = ("nodes", "types", "queue", "durations", "ndeps", "dependents", "prio", "by_prio", "missing", "index_of",
+                 "compute_order", "linked", "ascending")
 
     def __init__(self, nodes: list[Node]):
         self.nodes = nodes
+        count = len(nodes)
+        ids = [n.id for n in nodes]
+        # Sets written with one id counter per rank number their nodes base, base + 1, ...:
+        # then a dependency's index is its id - base and no table is needed.
+        base = ids[0] if ids else 0
+        contiguous = ids == list(range(base, base + count))
         index_of: dict[int, int] = {}
-        for i, node in enumerate(nodes):
-            index_of.setdefault(node.id, i)
-        self.index_of = index_of
-        self.types = [_TYPE_OF.get(n.kind, T_OTHER) for n in nodes]
-        self.queue = [_QUEUE_OF[t] for t in self.types]
-        self.durations = [max(0, n.duration_ns) for n in nodes]  # a negative time would run the clock back
+        if not contiguous:
+            for i, nid in enumerate(ids):
+                index_of.setdefault(nid, i)
+        self.index_of = _Contiguous(base, count) if contiguous else index_of
+        self.types = types = [_TYPE_OF.get(n.kind, T_OTHER) for n in nodes]
+        self.queue = [_QUEUE_BY_TYPE[t] for t in types]
+        # A negative time would run the clock back.
+        self.durations = [d if d > 0 else 0 for d in [n.duration_ns for n in nodes]]
         dependents: list[list[int]] = [[] for _ in nodes]
-        ndeps = [0] * len(nodes)
+        ndeps = [0] * count
         missing: dict[int, list[int]] = {}  # node index -> dep ids that do not exist
-        for i, node in enumerate(nodes):
+        for i, deps in enumerate([n.deps for n in nodes]):
+            if not deps:
+                continue
+            if len(deps) == 1 and contiguous:
+                j = deps[0] - base
+                if 0 <= j < count:
+                    dependents[j].append(i)
+                else:
+                    missing[i] = [deps[0]]
+                ndeps[i] = 1  # a missing one can never be satisfied
+                continue
             seen = set()
-            for dep in node.deps:
-                j = index_of.get(dep)
-                if j is None:
+            for dep in deps:
+                j = dep - base if contiguous else index_of.get(dep)
+                if j is None or not 0 <= j < count:
                     missing.setdefault(i, []).append(dep)
                     ndeps[i] += 1  # can never be satisfied
                 elif j not in seen:
@@ -88,21 +131,56 @@ class Program:
         self.ndeps = ndeps
         self.missing = missing
         # Issue order: ascending node id (ties: position), as ASTRA-sim's feeder does.
-        if all(nodes[i].id < nodes[i + 1].id for i in range(len(nodes) - 1)):
-            self.by_prio = list(range(len(nodes)))
+        self.ascending = contiguous or all(a < b for a, b in zip(ids, ids[1:]))
+        if self.ascending:
+            self.by_prio = list(range(count))
             self.prio = self.by_prio
         else:
-            self.by_prio = sorted(range(len(nodes)), key=lambda i: (nodes[i].id, i))
-            self.prio = [0] * len(nodes)
+            self.by_prio = sorted(range(count), key=lambda i: (ids[i], i))
+            self.prio = [0] * count
             for p, i in enumerate(self.by_prio):
                 self.prio[i] = p
+        self._find_runs()
+
+    def _find_runs(self) -> None:
+        """Runs of compute nodes that, once the first starts, run back to back.
+
+        `compute_order` lists the compute nodes in issue order; `linked[c]` says the node at
+        place c + 1 continues the node at place c: its only dependency is that node and it is
+        that node's only dependent. When a run's first node starts and every compute node before it in issue
+        order has started, nothing else can take the compute stream until the run ends (every
+        other compute node comes later in issue order), and the run's inner ends release only
+        the next node of the run: the loop then sets the whole run at once and keeps one
+        event, at its end (`run_from`).
+        """
+        types = self.types
+        if self.ascending:
+            order = [i for i, typ in enumerate(types) if typ == T_COMPUTE]
+        else:
+            order = [i for i in self.by_prio if types[i] == T_COMPUTE]
+        ndeps, dependents = self.ndeps, self.dependents
+        self.compute_order = order
+        self.linked = [len(dependents[a]) == 1 and dependents[a][0] == b and ndeps[b] == 1
+                       for a, b in zip(order, order[1:])]
+        self.linked.append(False)
+
+    def run_from(self, place: int) -> int:
+        """The last place of the run that starts at `place`. The last node kept must have no
+        dependent with several dependencies (whose cause depends on the order of events at one
+        time), else the run stops one node earlier."""
+        end = self.linked.index(False, place)
+        if end > place and any(self.ndeps[d] > 1 for d in self.dependents[self.compute_order[end]]):
+            end -= 1
+        return end
 
 
 class Engine:
     """One scheduling run over all ranks of a trace."""
 
-    def __init__(self, trace: ExecutionTrace, network: Network, quotient: Quotient | None = None):
+    def __init__(self, trace: ExecutionTrace, network: Network, quotient: Quotient | None = None,
+                 runs: bool = True):
         self.trace = trace
+        self.runs = runs  # set runs of compute nodes at once (Program._find_runs); False: node by node
         self.net = network
         self.q = quotient
         # With a quotient only the representatives run; position r is then class r.
@@ -117,6 +195,8 @@ class Engine:
                 programs[key] = Program(rank.nodes)
             self.progs.append(programs[key])
         self.unique_programs = len(programs)
+        # ASTRA-sim's ring holds one NPU per rank file: ranks 0 .. highest.
+        self.ring_size = max(trace.ranks, default=0) + 1
         self.world = tuple(range(len(self.ranks)))
         self._members: dict[int | None, tuple[int, ...]] = {None: self.world}
         self._coll_cache: list[dict[Any, tuple]] = [{} for _ in self.ranks]
@@ -144,8 +224,9 @@ class Engine:
         cached = self._members[gid] = tuple(positions)
         return cached
 
-    def coll_info(self, r: int, node: Node) -> tuple[Any, int, int, str]:
-        """(instance key, issuers needed, group size, group kind) of a collective on position r."""
+    def coll_info(self, r: int, node: Node) -> tuple[Any, int, int, str, tuple[int, ...] | None]:
+        """(instance key, issuers needed, group size, group kind, ring hops or None) of a
+        collective on position r."""
         cache = self._coll_cache[r]
         info = cache.get(node.group)
         if info is None:
@@ -154,15 +235,28 @@ class Engine:
             kind = self.kind_of(gid, node)
             if self.q is not None:
                 key = self.q.group_class[WORLD if gid is None else gid]
-                info = (key, self.q.needed[key], self.q.size[key], kind)
+                info = (key, self.q.needed[key], self.q.size[key], kind, self.hops_of(gid, self.q.size[key], kind))
             else:
                 members = self.members(gid, rank, node)
                 if len(members) > 1 and r not in members:
                     raise InputError(node.source, f"rank {rank.rank} node {node.id} \"{node.name}\" is a collective in "
                                      f"group {self.trace.groups[gid].label}, which does not include rank {rank.rank}")
-                info = (gid, len(members), len(members), kind)
+                info = (gid, len(members), len(members), kind, self.hops_of(gid, len(members), kind))
             cache[node.group] = info
         return info
+
+    def hops_of(self, gid: int | None, size: int, kind: str) -> tuple[int, ...] | None:
+        """The group's ring edge lengths when its kind's network is a ring of all ranks."""
+        if not self.net.on_ring(kind, size):
+            return None
+        members = tuple(sorted(self.trace.ranks)) if gid is None else self.trace.groups[gid].members
+        return ring_hops(members, self.ring_size)
+
+    def send_ns(self, r: int, node: Node) -> int:
+        rank = self.ranks[r]
+        kind = self.kind_of(rank.group_of(node), node)
+        hops = ring_distance(rank.rank, rank.peer_of(node), self.ring_size) if self.net.on_ring(kind) else 1
+        return self.net.p2p_ns(node.size, kind, hops)
 
     def channel_key(self, r: int, node: Node, sending: bool) -> tuple:
         """(src, dst, tag) of a send or receive on position r; ranks, or classes with a quotient."""
@@ -182,7 +276,7 @@ class Engine:
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
-        ranks, progs, net = self.ranks, self.progs, self.net
+        ranks, progs, net, runs = self.ranks, self.progs, self.net, self.runs
         nranks = len(ranks)
         stride = self.stride = max((len(p.nodes) for p in progs), default=0) + 1
 
@@ -197,6 +291,10 @@ class Engine:
         busy = [[False, False] for _ in ranks]  # compute stream, comm slot
         last = [[NO_CAUSE, NO_CAUSE] for _ in ranks]  # encoded node that last freed each
         done = [0] * nranks
+        # Per rank: when its compute stream is busy, as [start, end] in time order (the summary's
+        # compute time without sorting every node).
+        computing: list[list[list[int]]] = [[] for _ in ranks]
+        first_unstarted = [0] * nranks  # per rank: place in compute_order of the first compute node not started
         coll_count: list[dict[Any, int]] = [{} for _ in ranks]
         instances: dict[tuple[Any, int], list] = {}  # (gid, k) -> [needed, entries, cost, cause]
         channels: dict[tuple[Any, Any, Any], tuple[deque, deque]] = {}  # (src, dst, tag) -> (sends, recvs)
@@ -224,7 +322,7 @@ class Engine:
             finish_at(end, r, i)
 
         def issue_collective(r: int, i: int, t: int, node: Node) -> None:
-            gkey, needed, size, kind = coll_info(r, node)
+            gkey, needed, size, kind, hops = coll_info(r, node)
             counts = coll_count[r]
             k = counts.get(gkey, 0)
             counts[gkey] = k + 1
@@ -233,7 +331,7 @@ class Engine:
             if inst is None:
                 inst = instances[key] = [needed, [], 0, NO_CAUSE]
             inst[1].append((r, i))
-            cost = net.collective_ns(node.coll, node.size, size, kind)
+            cost = net.collective_ns(node.coll, node.size, size, kind, hops)
             if cost > inst[2]:
                 inst[2] = cost
             inst[3] = cause[r][i]  # the last member to issue decides the start
@@ -247,9 +345,8 @@ class Engine:
                     finish_at(end, r2, i2)
 
         def issue_send(r: int, i: int, t: int, node: Node) -> None:
-            rank = ranks[r]
             starts[r][i] = t
-            end = ends[r][i] = t + net.p2p_ns(node.size, self.kind_of(rank.group_of(node), node))
+            end = ends[r][i] = t + self.send_ns(r, node)
             finish_at(end, r, i)
             sends, recvs = channel(channel_key(r, node, True))
             if recvs:
@@ -266,50 +363,110 @@ class Engine:
             else:
                 recvs.append((r, i, t))
 
+        def run_compute(r: int, prog: Program, c: int, i: int, end: int) -> tuple[int, int]:
+            """Start the rest of the run of compute nodes that node i (place c) begins, one
+            after another from `end`; the last node and its end, for the one event kept."""
+            order, durations = prog.compute_order, prog.durations
+            last_place = prog.run_from(c)
+            if last_place > c and prog.ascending and order[last_place] - i == last_place - c:
+                # The run is nodes i .. last: set it with slices.
+                last = order[last_place]
+                times = list(accumulate(durations[i + 1:last + 1], initial=end))
+                st, sr = starts[r], state[r]
+                st[i + 1:last + 1] = ready_at[r][i + 1:last + 1] = times[:-1]
+                ends[r][i + 1:last + 1] = times[1:]
+                base = r * stride
+                cause[r][i + 1:last + 1] = range(base + i, base + last)
+                remaining[r][i + 1:last + 1] = bytes(last - i)
+                sr[i:last] = bytes([S_DONE]) * (last - i)
+                sr[last] = S_ISSUED
+                done[r] += last_place - c
+                i, end = last, times[-1]
+            elif last_place > c:
+                st, en, ca, sr, ra, rem = starts[r], ends[r], cause[r], state[r], ready_at[r], remaining[r]
+                base = r * stride
+                for place in range(c + 1, last_place + 1):
+                    j = order[place]
+                    sr[i] = S_DONE
+                    rem[j] = 0
+                    ra[j] = st[j] = end
+                    ca[j] = base + i
+                    sr[j] = S_ISSUED
+                    end = en[j] = end + durations[j]
+                    i = j
+                done[r] += last_place - c
+            # Places already started further on (they were ready earlier) are skipped too.
+            sr = state[r]
+            place, count = last_place + 1, len(order)
+            while place < count and sr[order[place]] >= S_ISSUED:
+                place += 1
+            first_unstarted[r] = place
+            return i, end
+
         def issue(r: int, t: int) -> None:
             """Start what rank position r can start at time t."""
-            prog = progs[r]
-            by_prio, nodes, types, durations = prog.by_prio, prog.nodes, prog.types, prog.durations
-            st, en, ca, sr, ra = starts[r], ends[r], cause[r], state[r], ready_at[r]
             comp_q, comm_q, free_q = queues[r]
             busy_r = busy[r]
+            if free_q:
+                issue_free(r, t, free_q)
+            if comp_q and not busy_r[Q_COMPUTE]:
+                busy_r[Q_COMPUTE] = True
+                start_compute(r, t, comp_q)
+            if comm_q and not busy_r[Q_COMM]:
+                busy_r[Q_COMM] = True
+                start_comm(r, t, comm_q)
+
+        def issue_free(r: int, t: int, free_q: list[int]) -> None:
+            """Receives, metadata and memory nodes need no stream: all start at once."""
+            prog = progs[r]
+            by_prio, types, sr, st = prog.by_prio, prog.types, state[r], starts[r]
             while free_q:
                 i = by_prio[pop(free_q)]
                 sr[i] = S_ISSUED
                 st[i] = t
                 if types[i] == T_RECV:
-                    post_recv(r, i, t, nodes[i])
+                    post_recv(r, i, t, prog.nodes[i])
                 else:
-                    end = en[i] = t + durations[i]
+                    end = ends[r][i] = t + prog.durations[i]
                     push(events, (end, next(counter), r, i))
-            # A node's cause: its last dependency if it became ready just now, else the node
-            # that freed its stream.
-            if comp_q and not busy_r[Q_COMPUTE]:
-                i = by_prio[pop(comp_q)]
-                busy_r[Q_COMPUTE] = True
-                sr[i] = S_ISSUED
-                st[i] = t
-                if ra[i] != t and last[r][Q_COMPUTE] != NO_CAUSE:
-                    ca[i] = last[r][Q_COMPUTE]
-                end = en[i] = t + durations[i]
-                push(events, (end, next(counter), r, i))
-            if comm_q and not busy_r[Q_COMM]:
-                i = by_prio[pop(comm_q)]
-                busy_r[Q_COMM] = True
-                sr[i] = S_ISSUED
-                if ra[i] != t and last[r][Q_COMM] != NO_CAUSE:
-                    ca[i] = last[r][Q_COMM]
-                if types[i] == T_COLL:
-                    issue_collective(r, i, t, nodes[i])
+
+        # A node's cause: its last dependency if it became ready just now, else the node that
+        # freed its stream.
+        def start_compute(r: int, t: int, comp_q: list[int]) -> None:
+            prog = progs[r]
+            i = prog.by_prio[pop(comp_q)]
+            state[r][i] = S_ISSUED
+            starts[r][i] = t
+            if ready_at[r][i] != t and last[r][Q_COMPUTE] != NO_CAUSE:
+                cause[r][i] = last[r][Q_COMPUTE]
+            end = ends[r][i] = t + prog.durations[i]
+            c = first_unstarted[r]
+            if runs and prog.compute_order[c] == i:  # every compute node before it has started
+                i, end = run_compute(r, prog, c, i, end)
+            if end > t:  # the stream's busy time, touching stretches joined
+                stretches = computing[r]
+                if stretches and stretches[-1][1] == t:
+                    stretches[-1][1] = end
                 else:
-                    issue_send(r, i, t, nodes[i])
+                    stretches.append([t, end])
+            push(events, (end, next(counter), r, i))
+
+        def start_comm(r: int, t: int, comm_q: list[int]) -> None:
+            prog = progs[r]
+            i = prog.by_prio[pop(comm_q)]
+            state[r][i] = S_ISSUED
+            if ready_at[r][i] != t and last[r][Q_COMM] != NO_CAUSE:
+                cause[r][i] = last[r][Q_COMM]
+            if prog.types[i] == T_COLL:
+                issue_collective(r, i, t, prog.nodes[i])
+            else:
+                issue_send(r, i, t, prog.nodes[i])
 
         for r, prog in enumerate(progs):
-            rem, queue, prio = remaining[r], prog.queue, prog.prio
-            for i in range(len(prog.nodes)):
-                if rem[i] == 0:
-                    state[r][i] = S_READY
-                    push(queues[r][queue[i]], prio[i])
+            queue, prio, sr = prog.queue, prog.prio, state[r]
+            for i in compress(range(len(prog.ndeps)), map(not_, prog.ndeps)):  # nodes without dependencies
+                sr[i] = S_READY
+                push(queues[r][queue[i]], prio[i])
         for r in range(nranks):
             issue(r, 0)
 
@@ -346,6 +503,7 @@ class Engine:
 
         self.state = state
         self.done = done
+        self.computing = computing
         self._pending_instances = instances
         self._channels = channels
         if any(done[r] < len(progs[r].nodes) for r in range(nranks)):

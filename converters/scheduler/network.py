@@ -13,6 +13,7 @@ the first one found wins. Size tables apply to collectives, not to point-to-poin
     algorithm = "ring"        # ring or direct
     endpoint_delay_ns = 10    # fixed cost per step at each end (ASTRA-sim's endpoint-delay)
     local_mem_gbps = 1600     # local memory bandwidth for reductions (GB = 10^9 B)
+    topology = "flat"         # flat or ring (see below)
 
     [tp]                      # inside a node (NVLink)
     bandwidth_gbps = 200
@@ -49,9 +50,37 @@ is one step that carries (n-1) messages: ALL_REDUCE two phases, the others one.
 
 A one-member collective costs 0. A point-to-point transfer costs L + S / B.
 
+Chunks as ASTRA-sim cuts them: chunks of S // C bytes until S is covered, so a size C does not
+divide runs C + 1 chunks of that size (1 MiB + 1 B in 4 chunks: 5 chunks of 256 KiB, +25 %;
+measured for all-reduce, all-gather, reduce-scatter and all-to-all, ring of 8).
+
+`topology = "ring"` is ASTRA-sim's analytical Ring (what `network_astra_ring8.toml` sets): all
+ranks sit on one bidirectional ring in rank order and a message pays L once per hop, the
+shorter way round (the source's `compute_hops_count`: hops x latency + size / bandwidth). A
+group's ring runs over its members in rank order, so a step between members h hops apart
+costs h x L: a DP group of 4 with members 4 apart on a ring of 16 pays 4 L per step, a TP group
+[0..3] pays 1, 1, 1 and 3. ASTRA-sim starts a rank's next step when its neighbour's message
+has arrived, chunk after chunk, so the latency of a collective is that of the slowest chain of
+C x steps consecutive ring edges (every edge steps // n times plus the heaviest run of the
+rest). A send costs hops x L + S / B. With `flat` (the default) every step costs L, whatever
+the members. Measured with ASTRA-sim (tests/test_scheduler_calibration.py): all-reduce 1 MiB on
+[0, 4] of a ring of 8 costs 37,620 ns against 25,620 on [0, 1]; [0, 1, 2, 3] 50,000,
+[0, 2, 4, 6] 56,000. Not modelled: the members of such a group finish up to one hop's latency
+apart in ASTRA-sim (the member after the long edge last); here all end with the last.
+
+What ASTRA-sim does with several collectives on one rank: they run one after another in issue
+order (two all-reduces issued together on 8 ranks: the first ends at 65,440 ns, the second at
+129,880, as here), although its queue is LIFO; also in different groups (rank 0 issuing an
+all-reduce in [0, 1, 2, 3] and one in [0, 4] at once: 1 MiB each, the second ends at 86,620,
+here 86,605). Not modelled: a member that issued a collective early ends it up to one ring step
+before the member that issued it last (in that case rank 4 ends the [0, 4] all-reduce at
+82,179, rank 0 at 86,620); here every member ends with the last.
+
 Calibration: ring of 8 ranks, 50 GB/s, 500 ns, 4 chunks, endpoint delay 10 ns, local memory
 1600 GB/s reproduces ASTRA-sim's iteration times for ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER
-and ALL_TO_ALL of 1 and 16 MiB within 0.05% (tests/test_scheduler_calibration.py).
+and ALL_TO_ALL of 1 and 16 MiB within 0.05% (tests/test_scheduler_calibration.py); with
+`topology = "ring"` whole workloads with TP, DP, EP and PP groups agree within 0.5 %
+(benchmarks/fidelity.py, the figures in the README).
 """
 
 from __future__ import annotations
@@ -68,6 +97,7 @@ from ..model import CollType
 KINDS = ("tp", "dp", "pp", "ep", "dp_ep", "all")
 TABLES = ("default",) + KINDS
 ALGORITHMS = ("ring", "direct")
+TOPOLOGIES = ("flat", "ring")
 _GIB_PER_GB = (1 << 30) / 1e9  # ASTRA-sim reads "GB/s" bandwidths as GiB per second
 
 
@@ -79,6 +109,7 @@ class LinkParams:
     algorithm: str = "ring"
     endpoint_delay_ns: float = 10.0
     local_mem_gbps: float = 1600.0
+    topology: str = "flat"
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -151,20 +182,62 @@ class Network:
             out["size"] = {str(n): {**self._file_sizes.get(n, {}), **self._cli_sizes.get(n, {})} for n in self._sizes}
         return out
 
-    def collective_ns(self, coll: CollType | None, size: int, members: int, kind: str | None) -> int:
-        key = (coll, size, members, kind)
+    def collective_ns(self, coll: CollType | None, size: int, members: int, kind: str | None,
+                      hops: tuple[int, ...] | None = None) -> int:
+        """`hops`: the ring's edge lengths (`ring_hops`) when the kind's topology is "ring"."""
+        key = (coll, size, members, kind, hops)
         cached = self._cache.get(key)
         if cached is None:
-            cached = self._cache[key] = _collective_ns(self.params(kind, members), coll, size, members)
+            cached = self._cache[key] = _collective_ns(self.params(kind, members), coll, size, members, hops)
         return cached
 
-    def p2p_ns(self, size: int, kind: str | None) -> int:
-        key = ("p2p", size, kind or "pp")
+    def p2p_ns(self, size: int, kind: str | None, hops: int = 1) -> int:
+        key = ("p2p", size, kind or "pp", hops)
         cached = self._cache.get(key)
         if cached is None:
             p = self.params(kind or "pp")
-            cached = self._cache[key] = round(p.latency_ns + size / (p.bandwidth_gbps * _GIB_PER_GB))
+            cached = self._cache[key] = round(hops * p.latency_ns + size / (p.bandwidth_gbps * _GIB_PER_GB))
         return cached
+
+    def uses_ring(self) -> bool:
+        """Whether any group kind or size pays latency per hop of a ring of all ranks."""
+        return any(self.params(t).topology == "ring" for t in TABLES) or any(
+            self.params(t, n).topology == "ring" for t in TABLES for n in self._sizes)
+
+    def on_ring(self, kind: str | None, members: int | None = None) -> bool:
+        """Whether this kind's messages pay latency per hop of a ring of all ranks."""
+        return self.params(kind, members).topology == "ring"
+
+
+def ring_distance(a: int, b: int, world: int) -> int:
+    """Hops between ranks a and b on a bidirectional ring of `world` ranks in rank order (the
+    shorter way round; ASTRA-sim's analytical Ring)."""
+    d = (b - a) % world
+    return min(d, world - d) if world else 1
+
+
+def ring_hops(members: tuple[int, ...], world: int) -> tuple[int, ...]:
+    """Hops of each edge of a group's logical ring (members in ascending order, the last back to
+    the first) laid on the physical ring of `world` ranks."""
+    ordered = sorted(members)
+    return tuple(ring_distance(a, b, world) for a, b in zip(ordered, ordered[1:] + ordered[:1]))
+
+
+def _path_hops(hops: tuple[int, ...], steps: int) -> int:
+    """Hops on the slowest chain of `steps` consecutive ring steps.
+
+    In ASTRA-sim a rank starts a step when the previous step's message from its ring neighbour
+    has arrived, across chunks too, so the last message to arrive has crossed `steps`
+    consecutive edges of the logical ring: every edge steps // n times, plus the heaviest run of
+    steps % n edges.
+    """
+    n = len(hops)
+    laps, rest = divmod(steps, n)
+    total = laps * sum(hops)
+    if rest:
+        doubled = hops + hops
+        total += max(sum(doubled[i:i + rest]) for i in range(n))
+    return total
 
 
 def _size_tables(tables: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
@@ -187,24 +260,38 @@ _RING = {
 }
 
 
-def _collective_ns(p: LinkParams, coll: CollType | None, size: int, n: int) -> int:
+def _collective_ns(p: LinkParams, coll: CollType | None, size: int, n: int, hops: tuple[int, ...] | None = None) -> int:
     if n <= 1:
         return 0
     steps_of, msg_of, reductions_of = _RING.get(coll if coll is not None else CollType.ALL_REDUCE, _RING[CollType.ALL_REDUCE])
     bandwidth = p.bandwidth_gbps * _GIB_PER_GB  # bytes per ns
     memory = p.local_mem_gbps  # bytes per ns
-    msg = size / p.chunks * msg_of(n)
+    chunk, chunks = split_into_chunks(size, p.chunks)
+    msg = chunk * msg_of(n)
     reductions = reductions_of(n)
     if p.algorithm == "direct":
         phases = 2 if coll == CollType.ALL_REDUCE else 1
         fanout = n - 1
         per_chunk = phases * (p.latency_ns + p.endpoint_delay_ns + fanout * msg / bandwidth)
         per_chunk += (fanout * 3 * msg / memory) if reductions else 0.0
-    else:
-        steps = steps_of(n)
+        return round(chunks * per_chunk)
+    steps = steps_of(n)
+    if hops is None or p.topology != "ring" or len(hops) != n:
         per_chunk = steps * (p.latency_ns + p.endpoint_delay_ns + msg / bandwidth)
         per_chunk += reductions * 3 * msg / memory
-    return round(p.chunks * per_chunk)
+        return round(chunks * per_chunk)
+    per_chunk = steps * (p.endpoint_delay_ns + msg / bandwidth) + reductions * 3 * msg / memory
+    return round(chunks * per_chunk + p.latency_ns * _path_hops(hops, chunks * steps))
+
+
+def split_into_chunks(size: int, chunks: int) -> tuple[int, int]:
+    """(bytes per chunk, chunk count) as ASTRA-sim splits a collective: chunks of size // chunks
+    bytes until the size is covered, so a size that does not divide runs one more chunk of the
+    same size (1 MiB + 1 B in 4 chunks: 5 chunks of 256 KiB; measured, every collective)."""
+    if size <= 0:
+        return 0, chunks
+    chunk = max(1, size // chunks)
+    return chunk, -(-size // chunk)
 
 
 # ---------------------------------------------------------------- reading the TOML file
@@ -278,7 +365,7 @@ def parse_overrides(overrides: Mapping[str, object]) -> dict[str, dict[str, Any]
     for name, raw in overrides.items():
         table, _, key = name.rpartition(".")
         values = _override_table(tables, name, table or "default")
-        value = _from_text(raw) if isinstance(raw, str) and key != "algorithm" else raw
+        value = _from_text(raw) if isinstance(raw, str) and key not in ("algorithm", "topology") else raw
         try:
             values[key] = check_value(key, value)
         except ValueError as e:
@@ -306,6 +393,10 @@ def check_value(key: str, value: Any) -> Any:
     if key == "algorithm":
         if value not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, found {value!r}")
+        return value
+    if key == "topology":
+        if value not in TOPOLOGIES:
+            raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, found {value!r}")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{key} must be a number, found {value!r}")

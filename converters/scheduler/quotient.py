@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import ExecutionTrace, NodeKind, Rank
+from .network import ring_distance, ring_hops
 
 WORLD = ("world",)
 
@@ -69,8 +70,12 @@ def _order(key):
     return (0, 0) if key == WORLD else (1, key)
 
 
-def find_quotient(trace: ExecutionTrace) -> Quotient | None:
-    """The classes and group classes, or None when ranks of one class may behave differently."""
+def find_quotient(trace: ExecutionTrace, ring_size: int | None = None) -> Quotient | None:
+    """The classes and group classes, or None when ranks of one class may behave differently.
+
+    `ring_size`: when messages pay latency per hop of a ring of that many ranks, the groups of
+    a group class must also lie alike on the ring, and the peers of a class's ranks at the
+    same distance."""
     ranks = trace.sorted_ranks()
     classes_of_ranks = _classes(ranks)
     if len(classes_of_ranks) == len(ranks):
@@ -141,7 +146,8 @@ def find_quotient(trace: ExecutionTrace) -> Quotient | None:
     for gid in sorted(member_sets, key=_order):
         members = member_sets[gid]
         kind = "world" if gid == WORLD else trace.groups[gid].kind
-        this = (kind, len(members), frozenset(class_of.get(m, -1) for m in members))
+        this = (kind, len(members), frozenset(class_of.get(m, -1) for m in members),
+                ring_hops(tuple(members), ring_size) if ring_size else None)
         if -1 in this[2]:
             return None
         key = group_class[gid]
@@ -159,6 +165,8 @@ def find_quotient(trace: ExecutionTrace) -> Quotient | None:
                     return None
 
     if not _peers_consistent(classes, class_of, reps, raw_peers, pview):
+        return None
+    if ring_size and not _peers_equally_far(classes, raw_peers, pview, ring_size):
         return None
     needed = {key: len(s[2]) for key, s in shape.items()}
     size = {key: s[1] for key, s in shape.items()}
@@ -224,6 +232,16 @@ def _peers_consistent(classes, class_of, reps, raw_peers, pview) -> bool:
     return True
 
 
+def _peers_equally_far(classes, raw_peers, pview, ring_size: int) -> bool:
+    """Every rank of a class is as many ring hops from its peer as its representative."""
+    for c, members in enumerate(classes):
+        for entry in raw_peers[c]:
+            distances = {ring_distance(r, pview[r][entry], ring_size) for r in members}
+            if len(distances) > 1:
+                return False
+    return True
+
+
 # ---------------------------------------------------------------- classes of ranks
 
 
@@ -237,9 +255,27 @@ def _classes(ranks: list[Rank]) -> list[list[Rank]]:
         by_list.setdefault(id(rank.nodes), []).append(rank)
     lists = list(by_list.values())
     if len(lists) > 1:
+        lists = _merge_equal_programs(lists)
+    for members in lists:
+        members.sort(key=lambda rank: rank.rank)
+    return sorted(lists, key=lambda members: members[0].rank)
+
+
+def _merge_equal_programs(lists: list[list[Rank]]) -> list[list[Rank]]:
+    """Merge the rank lists whose node lists are equal in timing (`_columns`). Lists are first
+    bucketed by length and durations, which separates every-rank-distinct programs (measured
+    logs) without building their other columns."""
+    by_durations: dict[tuple, list[list[Rank]]] = {}
+    for members in lists:
+        nodes = members[0].nodes
+        by_durations.setdefault((len(nodes), tuple([n.duration_ns for n in nodes])), []).append(members)
+    merged: list[list[Rank]] = []
+    for candidates in by_durations.values():
+        if len(candidates) == 1:
+            merged.extend(candidates)
+            continue
         buckets: dict[tuple, list[tuple[tuple, list[Rank]]]] = {}
-        merged: list[list[Rank]] = []
-        for members in lists:
+        for members in candidates:
             nodes = members[0].nodes
             columns = _columns(nodes)
             # Only ints and None go into the key: their hashes do not change between runs.
@@ -251,10 +287,7 @@ def _classes(ranks: list[Rank]) -> list[list[Rank]]:
             else:
                 buckets[key].append((columns, members))
                 merged.append(members)
-        lists = merged
-    for members in lists:
-        members.sort(key=lambda rank: rank.rank)
-    return sorted(lists, key=lambda members: members[0].rank)
+    return merged
 
 
 def _columns(nodes) -> tuple:

@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import NodeKind
-from .engine import T_COLL, T_RECV, T_SEND, Engine
+from .engine import T_COLL, T_OTHER, T_RECV, T_SEND, Engine
 
 TOP_CONTRIBUTORS = 10
 _BUSY_KINDS = (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
+_MEMORY_KINDS = (NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
 
 
 def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], cause: list[list[int]]) -> dict[str, Any]:
@@ -25,7 +26,7 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
     for r in range(len(engine.ranks)):
         key = id(starts[r])
         if key not in cache:
-            cache[key] = _breakdown(engine.progs[r], starts[r], ends[r])
+            cache[key] = _breakdown(engine.progs[r], starts[r], ends[r], engine.computing[r])
         members = engine.class_members(r)
         for rank in members:
             ranks_out[str(rank)] = dict(cache[key])
@@ -40,21 +41,30 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
     }
 
 
-def _breakdown(prog, st: list[int], en: list[int]) -> dict[str, int]:
-    busy, talk = [], []
-    for i, node in enumerate(prog.nodes):
-        if node.kind in _BUSY_KINDS:
-            if en[i] > st[i]:
-                busy.append((st[i], en[i]))
-        elif prog.types[i] in (T_COLL, T_SEND, T_RECV) and en[i] > st[i]:
-            talk.append((st[i], en[i]))
+def _breakdown(prog, st: list[int], en: list[int], computing: list[list[int]]) -> dict[str, int]:
+    """`computing`: the engine's record of when the rank's compute stream was busy (sorted,
+    touching stretches joined); memory nodes, which run beside it, are added when there are any."""
+    memory_nodes, talk_nodes = _memory_and_talk(prog)
+    busy = computing
+    if memory_nodes:
+        busy = _merge([(a, b) for a, b in computing] + [(st[i], en[i]) for i in memory_nodes if en[i] > st[i]])
+    talk = _merge([(st[i], en[i]) for i in talk_nodes if en[i] > st[i]])
     finish = max(en, default=0)
-    busy = _merge(busy)
-    talk = _merge(talk)
     compute = sum(b - a for a, b in busy)
     exposed = _measure_outside(talk, busy)
     return {"finish_ns": finish, "compute_ns": compute, "exposed_comm_ns": exposed,
             "idle_ns": max(0, finish - compute - exposed)}
+
+
+def _memory_and_talk(prog) -> tuple[list[int], list[int]]:
+    """Indices of a program's memory nodes (busy beside the compute stream) and of its
+    communication nodes."""
+    types, nodes = prog.types, prog.nodes
+    memory = []
+    if T_OTHER in types:
+        memory = [i for i, typ in enumerate(types) if typ == T_OTHER and nodes[i].kind in _MEMORY_KINDS]
+    talk = [i for i, typ in enumerate(types) if typ == T_COLL or typ == T_SEND or typ == T_RECV]
+    return memory, talk
 
 
 def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -90,10 +100,9 @@ def _add_traffic(comm: dict[str, dict[str, int]], engine: Engine, r: int, st: li
     `copies` ranks share this timeline)."""
     rank = engine.ranks[r]
     prog = engine.progs[r]
-    for i, node in enumerate(prog.nodes):
-        typ = prog.types[i]
-        if typ != T_COLL and typ != T_SEND:
-            continue
+    nodes = prog.nodes
+    for i in [i for i, typ in enumerate(prog.types) if typ == T_COLL or typ == T_SEND]:
+        node = nodes[i]
         kind = engine.kind_of(rank.group_of(node), node)
         row = comm.get(kind)
         if row is None:
@@ -111,7 +120,7 @@ def critical_path(engine: Engine, starts, ends, cause) -> dict[str, Any]:
         en = ends[r]
         if not en:
             continue
-        i = max(range(len(en)), key=en.__getitem__)
+        i = en.index(max(en))  # the first node with the latest end
         if last is None or en[i] > ends[last[0]][last[1]]:
             last = (r, i)
     if last is None:
