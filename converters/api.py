@@ -125,3 +125,48 @@ def convert(
     trace = read(paths, fmt, options, diagnostics)
     write(trace, output, to, options, diagnostics)
     return trace
+
+
+def report(
+    inputs: str | Path | Iterable[str | Path],
+    output: str | Path,
+    fmt: str = "auto",
+    options: Options | None = None,
+    diagnostics: Diagnostics | None = None,
+    compare: str | Path | Iterable[str | Path] | None = None,
+    compare_network: str | Path | None = None,
+    sweep: list[str] | None = None,
+    **option_values,
+) -> list[dict]:
+    """Write one self-contained HTML page about `inputs` (see `converters/report/`); returns
+    the data of each run shown. `compare`: a second input shown beside it; `compare_network`:
+    the same input on a second network; `sweep`: `["tp.bandwidth_gbps=100,200", ...]`."""
+    from .report import build_runs, write_page
+    from .sweep import parse_sweep, sweep as run_sweep
+
+    options = replace(options or Options(), **option_values)
+    diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+    paths = _as_paths(inputs)
+    output = Path(output)
+    refuse_overwriting_inputs(paths, output, output_format("report", output))
+    grid = parse_sweep(sweep or [])
+    compared = _as_paths(compare) if compare else None
+    runs = build_runs(lambda p: read(p, fmt, options, diagnostics), paths, options, compared,
+                      Path(compare_network) if compare_network else None)
+    swept = None
+    if grid:
+        with progress.bar("scheduling the sweep"):
+            swept = {**run_sweep(read(paths, fmt, options, diagnostics), grid, options), "keys": [k for k, _ in grid]}
+    with progress.bar(f"writing {output} (report)"):
+        write_page(output, runs, swept)
+    return runs
+
+
+def sweep(trace: ExecutionTrace, grid: dict[str, list] | list[str], options: Options | None = None) -> dict:
+    """Re-schedule `trace` for every point of a grid of network keys:
+    `sweep(trace, {"tp.bandwidth_gbps": [100, 200]})` -> {"sweep": [{..., "iteration_time_ns": ...}], "basis": ...}."""
+    from .sweep import parse_sweep, sweep as run_sweep
+
+    if isinstance(grid, dict):
+        grid = [f"{key}={','.join(map(str, values))}" for key, values in grid.items()]
+    return run_sweep(trace, parse_sweep(grid), options)
