@@ -31,6 +31,10 @@ def jobs(out: Path) -> list[list[str]]:
         [str(s / "optimusprime_llama1b_pp8.log"), "-o", str(out / "optimusprime_llama1b_pp8.json")],
         [str(s / "optimusprime_llama1b_pp8.log"), "--to", "chakra", "-o", str(out / "optimus" / "workload")],
     ]
+    jobs += [  # one HTML page per run: a scheduled 1024-rank job and a measured Megatron log
+        ["report", str(s / "simai_tp8_pp16_1024gpu.txt"), "-o", str(out / "simai_tp8_pp16_1024gpu.report.html")],
+        ["report", str(s / "megatron_rank4_pp_tp2.log"), "-o", str(out / "megatron_rank4_pp_tp2.report.html")],
+    ]
     for workload in sorted((s / "workloads").glob("astra_*.txt")):
         jobs.append([str(workload), "--num-npus", "8", "-o", str(out / "workloads" / f"{workload.stem}.json")])
     for chakra_set in sorted(p for p in s.glob("chakra_*") if p.is_dir()):

@@ -319,3 +319,34 @@ def test_nice_ticks():
     assert nice_ticks(7, binary=False) == [0, 2, 4, 6, 8]
     assert nice_ticks(3 << 30, binary=True) == [0, 1 << 30, 2 << 30, 3 << 30]
     assert nice_ticks(0) == [0.0]
+
+
+def test_a_page_stays_small_when_every_rank_differs():
+    """The worst case for size: more ranks than one bar each, all different, none in a stage,
+    and lanes that switch between compute and communication at every column."""
+    from helpers.scheduler_synth import trace_of
+
+    from converters.model import CollType, Node, NodeKind
+    from converters.report.data import run_data
+    from converters.report.page import render_page
+    from converters.timeline import measured_timeline
+
+    programs = {}
+    for r in range(128):
+        nodes, t = [], 0
+        for i in range(0, 800, 2):  # 400 rounds of compute, sync and a wait: a piece every other column
+            nodes.append(Node(i, "step", NodeKind.COMPUTE, duration_ns=1000 + r, start_ns=t))
+            nodes.append(Node(i + 1, "sync", NodeKind.COLLECTIVE, coll=CollType.ALL_REDUCE, size=1 << 20,
+                              duration_ns=700, start_ns=t + 1000 + r))
+            t += 3700
+        programs[r] = nodes
+    trace = trace_of(programs)
+    trace.timing = "measured"
+    trace.source.format, trace.source.files = "megatron-log", ["synthetic.log"]
+    run = run_data(trace, measured_timeline(trace))
+    assert len(run["bars"]) == 3  # all ranks in no stage: slowest, median and fastest
+    lanes = run["timeline"]["lanes"]
+    assert len(lanes) == 64  # the Chrome default: the first 64 ranks
+    assert min(len(lane["compute"]) + len(lane["comm"]) for lane in lanes) >= 400  # hundreds of pieces per lane
+    html = render_page([run], version="test")
+    assert len(html.encode()) < 3_000_000, len(html.encode())

@@ -32,11 +32,7 @@ __all__ = ["build_runs", "render_page", "run_data", "write", "write_page"]
 
 def write(trace, output: Path, options: Options | None = None, diagnostics: Diagnostics | None = None) -> None:
     """The writer for `-o report.html` (OUTPUT_FORMATS): the page of one run."""
-    from ..timeline import timeline_for
-
-    options = options or Options()
-    timeline = timeline_for(trace, options)
-    write_page(output, [run_data(trace, timeline, _validated(trace, options))])
+    write_page(output, [_plain_run(trace, options or Options())])
 
 
 def write_page(output: Path, runs: list[dict[str, Any]], sweep: dict[str, Any] | None = None) -> None:
@@ -59,20 +55,24 @@ def build_runs(read_input, paths: list[Path], options: Options, compare: list[Pa
     if compare and compare_network is not None:
         raise UsageError("give --compare or --compare-network, not both")
     trace = read_input(paths)
-    report = _validated(trace, options)
     if compare_network is None:
-        from ..timeline import timeline_for
-
-        runs = [run_data(trace, timeline_for(trace, options), report)]
+        runs = [_plain_run(trace, options)]
     else:
+        report = _validated(trace, options, dry_run=False)  # both schedules below are the dry run
         runs = [_rescheduled(trace, options, report, options.network),
                 _rescheduled(trace, replace(options, network=compare_network), report, compare_network)]
     if compare:
-        from ..timeline import timeline_for
-
-        other = read_input(compare)
-        runs.append(run_data(other, timeline_for(other, options), _validated(other, options)))
+        runs.append(_plain_run(read_input(compare), options))
     return runs
+
+
+def _plain_run(trace, options: Options) -> dict[str, Any]:
+    """The run as the input timed it, or as the scheduler times it."""
+    from ..timeline import timeline_for
+
+    timeline = timeline_for(trace, options)
+    # A schedule that completed is the validator's deadlock dry run already done.
+    return run_data(trace, timeline, _validated(trace, options, dry_run=timeline.kind != "scheduled"))
 
 
 def _rescheduled(trace, options: Options, report, network: Path | None) -> dict[str, Any]:
@@ -80,12 +80,11 @@ def _rescheduled(trace, options: Options, report, network: Path | None) -> dict[
     from ..sweep import basis_of, check_reschedulable
 
     check_reschedulable(trace)
-
     label = ", ".join(trace.source.files[:3]) + f" on {Path(network).name if network else 'the default network'}"
     return run_data(trace, schedule(trace, options), report, label=label, basis=basis_of(trace))
 
 
-def _validated(trace, options: Options):
+def _validated(trace, options: Options, dry_run: bool):
     from ..validate import validate_trace
 
-    return validate_trace(trace, options)
+    return validate_trace(trace, options, dry_run=dry_run)

@@ -26,7 +26,7 @@ from ..timeline import Timeline
 
 PER_RANK_LIMIT = 64
 ROLES_PER_STAGE = 8
-TIMELINE_COLUMNS = 1000
+TIMELINE_COLUMNS = 800  # about a pixel each on a wide screen; bounds a lane's size
 SLOWEST_COLLECTIVES = 10
 FINDINGS_PER_CHECK = 5
 BREAKDOWN = ("compute_ns", "exposed_comm_ns", "idle_ns")
@@ -170,53 +170,53 @@ def slowest_collectives(trace: ExecutionTrace, timeline: Timeline, limit: int = 
     """The longest collective instances: from the last member's start to the last member's end.
 
     `skew_ns` is how long the first member waited for the last (0 in a scheduled timeline, where
-    an instance starts for all members together). In a scheduled timeline every member of an
-    instance has the same times, so one member per group is enough to read them.
+    an instance starts for all members together).
     """
-    instances: dict[tuple[int | None, int], list] = {}
-    for rank in _readers(trace, timeline):
-        seq: dict[int | None, int] = {}
-        starts, ends = timeline.starts[rank.rank], timeline.ends[rank.rank]
-        for node, start, end in zip(rank.nodes, starts, ends):
-            if node.kind != NodeKind.COLLECTIVE:
-                continue
-            gid = rank.group_of(node)
-            k = seq.get(gid, 0)
-            seq[gid] = k + 1
-            entry = instances.get((gid, k))
-            if entry is None:
-                instances[(gid, k)] = [start, start, end, node]
-            else:
-                entry[0] = min(entry[0], start)
-                entry[1] = max(entry[1], start)
-                entry[2] = max(entry[2], end)
+    instances: dict[tuple[int | None, int], list] = {}  # (group id, k) -> [first start, last start, end, node]
+    for members in _alike(trace, timeline):
+        first = members[0]
+        by_group: dict[int | None, list[tuple[int, int, Any]]] = {}  # the k-th item is seq k of that group
+        for node, start, end in zip(first.nodes, timeline.starts[first.rank], timeline.ends[first.rank]):
+            if node.kind == NodeKind.COLLECTIVE:
+                by_group.setdefault(node.group, []).append((start, end, node))
+        for shared_gid, items in by_group.items():
+            probe = items[0][2]
+            # each member's own group for this list's group id
+            for gid in sorted({rank.group_of(probe) for rank in members}, key=lambda g: (g is None, g or 0)):
+                for k, (start, end, node) in enumerate(items):
+                    entry = instances.get((gid, k))
+                    if entry is None:
+                        instances[(gid, k)] = [start, start, end, node]
+                    else:
+                        entry[0] = min(entry[0], start)
+                        entry[1] = max(entry[1], start)
+                        entry[2] = max(entry[2], end)
     merged: dict[tuple, dict[str, Any]] = {}
-    for (gid, k), (first, last, end, node) in instances.items():
-        duration = end - last
+    for (gid, k), (first_start, last_start, end, node) in instances.items():
+        duration = end - last_start
         if duration <= 0:
             continue
         kind = trace.group_kind(gid) or "group"
         op = node.coll.name.lower() if node.coll is not None else "collective"
-        key = (-duration, node.name, kind, op, node.size, last - first)
+        key = (-duration, node.name, kind, op, node.size, last_start - first_start)
         item = merged.get(key)
         if item is None:
             group = trace.groups.get(gid)
             merged[key] = {"name": node.name or op, "op": op, "kind": kind, "bytes": node.size, "ns": duration,
-                           "skew_ns": last - first, "instances": 1,
+                           "skew_ns": last_start - first_start, "instances": 1,
                            "example": f"{group.label if group else 'all ranks'} seq {k}"}
         else:
             item["instances"] += 1
     return [merged[key] for key in sorted(merged)[:limit]]
 
 
-def _readers(trace: ExecutionTrace, timeline: Timeline):
-    """Ranks whose collectives give every instance's times: all of them, or for a scheduled
-    timeline each group's lowest member (plus ranks in no group, for world collectives)."""
-    if timeline.kind != "scheduled":
-        return trace.sorted_ranks()
-    chosen = {min(g.members) for g in trace.groups.values() if g.members}
-    chosen.add(min(trace.ranks, default=0))
-    return [trace.ranks[r] for r in sorted(chosen) if r in trace.ranks]
+def _alike(trace: ExecutionTrace, timeline: Timeline) -> list[list]:
+    """Ranks that run one node list with one list of times (a scheduled stage's ranks): their
+    collectives are read once. Members differ only in which groups they use."""
+    classes: dict[tuple[int, int], list] = {}
+    for rank in trace.sorted_ranks():
+        classes.setdefault((id(rank.nodes), id(timeline.starts[rank.rank])), []).append(rank)
+    return list(classes.values())
 
 
 # ---------------------------------------------------------------- validator findings

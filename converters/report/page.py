@@ -70,7 +70,7 @@ def render_page(runs: list[dict[str, Any]], sweep: dict[str, Any] | None = None,
             sections.append(("sweep", "What if: network sweep", sweep_section(sweep)))
     nav = "".join(f'<a href="#{a}">{escape(h)}</a>' for a, h, _ in sections)
     body = "".join(f'<section id="{a}"><h2>{escape(h)}</h2>{html}</section>' for a, h, html in sections)
-    subtitle = " · ".join(_subtitle(run) for run in runs)
+    subtitle = " · ".join(dict.fromkeys(_subtitle(run) for run in runs))  # once when both runs share it
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
@@ -118,8 +118,10 @@ def headline(run: dict[str, Any], scale: float) -> str:
     html = f'<div class="cards">{"".join(cards)}</div>'
     measured = stats.get("measured")
     if measured:
+        gap = measured["gap_ns"]
+        verdict = f"the model leaves out {fmt_time(gap)}" if gap >= 0 else f"the model is {fmt_time(-gap)} longer"
         html += (f'<p class="note">The log measured {escape(measured["what"])}: {fmt_time(measured["ns"])} '
-                 f'({escape(measured["source"])}); the model leaves out {fmt_time(measured["gap_ns"])}.</p>')
+                 f'({escape(measured["source"])}); {verdict}.</p>')
     network = stats.get("network")
     if network:
         d = network["default"]

@@ -143,10 +143,10 @@ def timeline_chart(timeline: dict[str, Any], span: int, fmt: Callable[[float], s
         y = AXIS_H + i * lane_h
         out.append(f'<g class="lane" data-rank="{lane["rank"]}"><text class="label" x="{LABEL_W - 6}" y="{y + 13}" '
                    f'text-anchor="end">{escape(lane["label"])}</text>')
-        for strip, dy in (("compute", 2), ("comm", 9)):
-            for a, b, category in lane[strip]:
-                out.append(f'<rect data-strip="{strip}" data-kind="{category}" x="{LABEL_W + a * scale:.2f}" y="{y + dy}" '
-                           f'width="{(b - a) * scale:.2f}" height="6" fill="{color(category)}"/>')
+        for strip, dy in (("compute", 2), ("comm", 9)):  # the strip is told by its y
+            for a, b, category in lane[strip]:  # short: a lane may have hundreds of pieces
+                out.append(f'<rect x="{LABEL_W + a * scale:.1f}" y="{y + dy}" width="{(b - a) * scale:.1f}" '
+                           f'height="6" fill="{color(category)}"/>')
         out.append("</g>")
     out.append("</svg>")
     return "".join(out)
