@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import progress
-from .diagnostics import Diagnostics
+from .diagnostics import Diagnostics, UsageError
 from .formats import detect, expand_inputs, input_format, output_format, refuse_overwriting_inputs, resolve
 from .model import ExecutionTrace
 from .options import Options
@@ -141,22 +141,28 @@ def report(
     """Write one self-contained HTML page about `inputs` (see `converters/report/`); returns
     the data of each run shown. `compare`: a second input shown beside it; `compare_network`:
     the same input on a second network; `sweep`: `["tp.bandwidth_gbps=100,200", ...]`."""
-    from .report import build_runs, write_page
+    from .report import build_runs, input_label, write_page
     from .sweep import parse_sweep, sweep as run_sweep
 
     options = replace(options or Options(), **option_values)
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
-    paths = _as_paths(inputs)
+    named = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
+    paths = _as_paths(named)
     output = Path(output)
     refuse_overwriting_inputs(paths, output, output_format("report", output))
     grid = parse_sweep(sweep or [])
-    compared = _as_paths(compare) if compare else None
-    runs = build_runs(lambda p: read(p, fmt, options, diagnostics), paths, options, compared,
-                      Path(compare_network) if compare_network else None)
+    if compare and compare_network is not None:
+        raise UsageError("give --compare or --compare-network, not both")
+    trace = read(paths, fmt, options, diagnostics)
+    other = None
+    if compare:
+        compared = [compare] if isinstance(compare, (str, Path)) else list(compare)
+        other = (read(compared, fmt, options, diagnostics), input_label(compared))
+    runs = build_runs(trace, input_label(named), options, other, Path(compare_network) if compare_network else None)
     swept = None
     if grid:
         with progress.bar("scheduling the sweep"):
-            swept = {**run_sweep(read(paths, fmt, options, diagnostics), grid, options), "keys": [k for k, _ in grid]}
+            swept = {**run_sweep(trace, grid, options), "keys": [k for k, _ in grid]}
     with progress.bar(f"writing {output} (report)"):
         write_page(output, runs, swept)
     return runs

@@ -22,12 +22,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..diagnostics import Diagnostics, UsageError
+from ..diagnostics import Diagnostics
 from ..options import Options
 from .data import run_data
 from .page import render_page
 
-__all__ = ["build_runs", "render_page", "run_data", "write", "write_page"]
+__all__ = ["build_runs", "input_label", "render_page", "run_data", "write", "write_page"]
 
 
 def write(trace, output: Path, options: Options | None = None, diagnostics: Diagnostics | None = None) -> None:
@@ -44,43 +44,46 @@ def write_page(output: Path, runs: list[dict[str, Any]], sweep: dict[str, Any] |
         f.write(html.encode("utf-8"))
 
 
-def build_runs(read_input, paths: list[Path], options: Options, compare: list[Path] | None = None,
+def build_runs(trace, label: str, options: Options, compare: tuple[Any, str] | None = None,
                compare_network: Path | None = None) -> list[dict[str, Any]]:
     """The data of the base run and, when asked, of the run it is compared with.
 
-    `read_input(paths)` reads an input into the model. `--compare-network` re-schedules the same
-    trace on a second network; a measured input is then re-scheduled on both networks (from its
+    `compare` is (trace, label) of a second input. `compare_network` re-schedules the same trace
+    on a second network; a measured input is then re-scheduled on both networks (from its
     measured compute), so the difference is the network's alone.
     """
-    if compare and compare_network is not None:
-        raise UsageError("give --compare or --compare-network, not both")
-    trace = read_input(paths)
     if compare_network is None:
-        runs = [_plain_run(trace, options)]
+        runs = [_plain_run(trace, options, label)]
     else:
         report = _validated(trace, options, dry_run=False)  # both schedules below are the dry run
-        runs = [_rescheduled(trace, options, report, options.network),
-                _rescheduled(trace, replace(options, network=compare_network), report, compare_network)]
+        runs = [_rescheduled(trace, options, report, label, options.network),
+                _rescheduled(trace, replace(options, network=compare_network), report, label, compare_network)]
     if compare:
-        runs.append(_plain_run(read_input(compare), options))
+        runs.append(_plain_run(compare[0], options, compare[1]))
     return runs
 
 
-def _plain_run(trace, options: Options) -> dict[str, Any]:
+def input_label(names: list) -> str:
+    """What the user named: `chakra_data`, `w.txt`, or `w.0.et and 3 more`."""
+    first = Path(names[0]).name
+    return first if len(names) == 1 else f"{first} and {len(names) - 1} more"
+
+
+def _plain_run(trace, options: Options, label: str = "") -> dict[str, Any]:
     """The run as the input timed it, or as the scheduler times it."""
     from ..timeline import timeline_for
 
     timeline = timeline_for(trace, options)
     # A schedule that completed is the validator's deadlock dry run already done.
-    return run_data(trace, timeline, _validated(trace, options, dry_run=timeline.kind != "scheduled"))
+    return run_data(trace, timeline, _validated(trace, options, dry_run=timeline.kind != "scheduled"), label=label)
 
 
-def _rescheduled(trace, options: Options, report, network: Path | None) -> dict[str, Any]:
+def _rescheduled(trace, options: Options, report, label: str, network: Path | None) -> dict[str, Any]:
     from ..scheduler import schedule
     from ..sweep import basis_of, check_reschedulable
 
     check_reschedulable(trace)
-    label = ", ".join(trace.source.files[:3]) + f" on {Path(network).name if network else 'the default network'}"
+    label = f"{label} on {Path(network).name if network else 'the default network'}"
     return run_data(trace, schedule(trace, options), report, label=label, basis=basis_of(trace))
 
 

@@ -43,7 +43,7 @@ def run_data(trace: ExecutionTrace, timeline: Timeline, report=None, label: str 
     """Everything one run's page shows. `report` is the validator's `Report` (None: not run)."""
     stats = stats_of(trace, timeline)
     return {
-        "label": label or ", ".join(trace.source.files[:3]) + (" ..." if len(trace.source.files) > 3 else ""),
+        "label": label or source_label(trace),
         "format": trace.source.format,
         "timing": timeline.kind,
         "basis": basis or TIMING_WORDS.get(timeline.kind, timeline.kind),
@@ -57,6 +57,14 @@ def run_data(trace: ExecutionTrace, timeline: Timeline, report=None, label: str 
         "findings": findings_of(report),
         "assumptions": list(trace.assumptions),
     }
+
+
+def source_label(trace: ExecutionTrace) -> str:
+    """`w.txt`, or `workload.0.et and 3 more` for a set of files."""
+    files = trace.source.files
+    if len(files) <= 1:
+        return files[0] if files else trace.source.format
+    return f"{files[0]} and {len(files) - 1} more"
 
 
 def slowest_rank(ranks: dict[str, dict[str, int]]) -> int | None:

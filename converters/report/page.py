@@ -297,7 +297,7 @@ def _difference_row(name: str, a: int, b: int, unit: str) -> str:
     mark = ""
     if abs(relative) > CHANGE:
         mark = "changed" if unit == "bytes" else ("worse" if delta > 0 else "better")
-    change = "—" if not a else f"{100 * relative:+.1f} %"
+    change = "—" if not a else f"{100 * relative:+.{2 if abs(relative) < 0.01 else 1}f} %"
     sign = "+" if delta > 0 else ("−" if delta < 0 else "")
     return (f'<tr class="{mark}" data-metric="{escape(name)}" data-a="{a}" data-b="{b}"><td>{escape(name)}</td>'
             f"<td>{fmt(a)}</td><td>{fmt(b)}</td><td>{sign}{fmt(abs(delta))}</td><td>{change}</td></tr>")

@@ -41,14 +41,16 @@ def page_requests(page: Path) -> list[str]:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(32)
+    server.settimeout(0.1)  # the thread checks `done` between waits and ends with the test
     seen: list[bytes] = []
+    done = threading.Event()
 
     def accept() -> None:
-        while True:
+        while not done.is_set():
             try:
                 conn, _ = server.accept()
-            except OSError:
-                return
+            except TimeoutError:
+                continue
             conn.settimeout(2)
             try:
                 seen.append(conn.recv(4096))
@@ -56,10 +58,15 @@ def page_requests(page: Path) -> list[str]:
                 pass
             conn.close()
 
-    threading.Thread(target=accept, daemon=True).start()
+    # No thread may outlive this function: a stray thread would take signals meant for the main
+    # one (tests/test_writes.py holds SIGINT back in the main thread and expects it to wait).
+    listener = threading.Thread(target=accept)
+    listener.start()
     try:
         chromium(page, "--dump-dom", proxy_port=server.getsockname()[1])
     finally:
+        done.set()
+        listener.join()
         server.close()
     hosts = []
     for request in seen:
