@@ -147,17 +147,17 @@ def report(
     options = replace(options or Options(), **option_values)
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     named = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
-    paths = _as_paths(named)
-    output = Path(output)
-    refuse_overwriting_inputs(paths, output, output_format("report", output))
-    grid = parse_sweep(sweep or [])
-    if compare and compare_network is not None:
+    compared = ([compare] if isinstance(compare, (str, Path)) else list(compare)) if compare else []
+    if compared and compare_network is not None:
         raise UsageError("give --compare or --compare-network, not both")
+    paths, compared_paths = _as_paths(named), _as_paths(compared) if compared else []
+    output = Path(output)
+    refuse_overwriting_inputs(paths + compared_paths, output, output_format("report", output))
+    grid = parse_sweep(sweep or [])
     trace = read(paths, fmt, options, diagnostics)
     other = None
-    if compare:
-        compared = [compare] if isinstance(compare, (str, Path)) else list(compare)
-        other = (read(compared, fmt, options, diagnostics), input_label(compared))
+    if compared:
+        other = (read(compared_paths, fmt, options, diagnostics), input_label(compared))
     runs = build_runs(trace, input_label(named), options, other, Path(compare_network) if compare_network else None)
     swept = None
     if grid:

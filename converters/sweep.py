@@ -113,9 +113,18 @@ def sweep(trace, grid: list[tuple[str, list[Any]]], options: Options | None = No
 
 
 def slowest_rank(summary: dict[str, Any]) -> dict[str, Any]:
-    rank, row = max(summary["ranks"].items(), key=lambda kv: (kv[1]["finish_ns"], -int(kv[0])))
-    return {"iteration_time_ns": summary["iteration_time_ns"], "slowest_rank": int(rank),
+    """The iteration time and the slowest rank's breakdown."""
+    rank = slowest_of(summary["ranks"])
+    row = summary["ranks"][str(rank)]
+    return {"iteration_time_ns": summary["iteration_time_ns"], "slowest_rank": rank,
             **{field: row[field] for field in _BREAKDOWN}}
+
+
+def slowest_of(ranks: dict[str, dict[str, int]]) -> int | None:
+    """The rank that finishes last (lowest among equals), as the converter's one-line summary names it."""
+    if not ranks:
+        return None
+    return int(max(ranks.items(), key=lambda kv: (kv[1]["finish_ns"], -int(kv[0])))[0])
 
 
 def run(inputs: list[Path], from_: str, options: Options, diagnostics: Diagnostics, specs: list[str],

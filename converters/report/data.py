@@ -22,6 +22,7 @@ from typing import Any
 from ..model import ExecutionTrace, NodeKind
 from ..ranks import compact_ranks
 from ..stats import stats_of
+from ..sweep import slowest_of
 from ..timeline import Timeline
 
 PER_RANK_LIMIT = 64
@@ -49,7 +50,7 @@ def run_data(trace: ExecutionTrace, timeline: Timeline, report=None, label: str 
         "basis": basis or TIMING_WORDS.get(timeline.kind, timeline.kind),
         "parallel": trace.parallel.as_dict(),
         "stats": stats,
-        "slowest": slowest_rank(stats["ranks"]),
+        "slowest": slowest_of(stats["ranks"]),
         "stages": {str(r.rank): r.stage for r in trace.ranks.values() if r.stage is not None},
         "bars": rank_rows(trace, stats["ranks"]),
         "timeline": timeline_lanes(trace, timeline),
@@ -65,13 +66,6 @@ def source_label(trace: ExecutionTrace) -> str:
     if len(files) <= 1:
         return files[0] if files else trace.source.format
     return f"{files[0]} and {len(files) - 1} more"
-
-
-def slowest_rank(ranks: dict[str, dict[str, int]]) -> int | None:
-    """The rank that finishes last (lowest among equals), as the converter's one-line summary names it."""
-    if not ranks:
-        return None
-    return int(max(ranks.items(), key=lambda kv: (kv[1]["finish_ns"], -int(kv[0])))[0])
 
 
 # ---------------------------------------------------------------- per-rank bars
@@ -150,7 +144,7 @@ def timeline_lanes(trace: ExecutionTrace, timeline: Timeline) -> dict[str, Any]:
                 if node.kind == NodeKind.RECV and node.args:  # a logged wait for the sender is idle, as in stats
                     start = min(end, start + node.args.get("wait_ns", 0))
                 comm.setdefault(kind or "other", []).append((start, end))
-        lanes.append({"rank": r, "label": rank.label,
+        lanes.append({"rank": r, "label": rank.label, "end_ns": max(timeline.ends[r], default=origin) - origin,
                       "compute": _columns(compute, origin, span), "comm": _columns(comm, origin, span)})
     return {"ranks": compact_ranks(drawn), "how": how, "span_ns": span, "columns": TIMELINE_COLUMNS, "lanes": lanes}
 

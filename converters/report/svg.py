@@ -141,7 +141,8 @@ def timeline_chart(timeline: dict[str, Any], span: int, fmt: Callable[[float], s
     out.append("</g>")
     for i, lane in enumerate(timeline["lanes"]):
         y = AXIS_H + i * lane_h
-        out.append(f'<g class="lane" data-rank="{lane["rank"]}"><text class="label" x="{LABEL_W - 6}" y="{y + 13}" '
+        out.append(f'<g class="lane" data-rank="{lane["rank"]}"><title>{escape(lane["label"])}: last node ends at '
+                   f'{escape(fmt(lane["end_ns"]))}</title><text class="label" x="{LABEL_W - 6}" y="{y + 13}" '
                    f'text-anchor="end">{escape(lane["label"])}</text>')
         for strip, dy in (("compute", 2), ("comm", 9)):  # the strip is told by its y
             for a, b, category in lane[strip]:  # short: a lane may have hundreds of pieces
