@@ -260,6 +260,9 @@ def sweep_section(sweep: dict[str, Any]) -> str:
                      "title": f"{label}: iteration {fmt_time(point['iteration_time_ns'])} (slowest rank {point['slowest_rank']})"})
     scale = max(p["iteration_time_ns"] for p in sweep["sweep"])
     named = "" if len(keys) == 1 else f" Bars are labelled {', '.join(keys)}."
+    for timing in ("measured", "modelled"):
+        if f"{timing}_iteration_time_ns" in sweep:
+            named += f" The log's {timing} iteration: {fmt_time(sweep[f'{timing}_iteration_time_ns'])}."
     return (f'<p class="note">{len(rows)} network settings, {escape(sweep["basis"])}; each bar is the iteration, split '
             f"as its slowest rank spends it.{escape(named)}</p>" + legend(BREAKDOWN) +
             bar_chart(rows, BREAKDOWN, scale, fmt_time, "sweep"))

@@ -127,7 +127,7 @@ def timeline_chart(timeline: dict[str, Any], span: int, fmt: Callable[[float], s
     ticks = nice_ticks(span)
     top = ticks[-1] or 1
     height = AXIS_H + lane_h * len(timeline["lanes"]) + 4
-    width = LABEL_W + BAR_W + 10
+    width = LABEL_W + BAR_W + VALUE_W  # as wide as the bar charts, so both scale alike on the page
     out = [f'<svg class="chart" data-chart="timeline" viewBox="0 0 {width} {height}" width="{width}" '
            f'height="{height}" role="img" xmlns="http://www.w3.org/2000/svg">']
     axis_width = BAR_W * top / span  # ticks run past the lane end up to the next round value
