@@ -158,7 +158,8 @@ def report(
     other = None
     if compared:
         other = (read(compared_paths, fmt, options, diagnostics), input_label(compared))
-    runs = build_runs(trace, input_label(named), options, other, Path(compare_network) if compare_network else None)
+    with progress.bar("scheduling and checking for the report"):
+        runs = build_runs(trace, input_label(named), options, other, Path(compare_network) if compare_network else None)
     swept = None
     if grid:
         with progress.bar("scheduling the sweep"):

@@ -192,6 +192,13 @@ def test_compare_network_differences_hold_both_runs(cli, tmp_path):
     # every section shows both runs, on one scale
     assert len(root.find_all("div", data_run="1")) == 8
     assert len(root.find_all("svg", data_chart="ranks")) == 2
+    if CHROMIUM.exists():  # and the browser draws both, each with its own run's numbers
+        ranks = parse(dump_dom(page)).find_all("section", id="ranks")[0]
+        a, b = (ranks.find_all("div", data_run=side)[0] for side in ("0", "1"))
+        assert check_rank_bars(a, base) == check_rank_bars(b, other) == {0, 1, 2, 3}
+        png = tmp_path / "c.png"
+        screenshot(page, png)
+        assert png.stat().st_size > 20_000
 
 
 def test_compare_two_inputs(cli, tmp_path):
