@@ -88,8 +88,12 @@ def _subtitle(run: dict[str, Any]) -> str:
     return f"{run['format']}: {run['stats']['world']} ranks" + (f" ({layout})" if layout else "")
 
 
-def _common_scale(anchor: str, runs: list[dict[str, Any]]) -> float:
-    """The value a full-length bar stands for in this section, shared by the compared runs."""
+def _common_scale(anchor: str, runs: list[dict[str, Any]]) -> Any:
+    """The value a full-length bar stands for in this section, shared by the compared runs
+    (traffic: one per chart)."""
+    if anchor == "traffic":
+        return {field: max((row[field] for r in runs for row in r["stats"]["comm"].values()), default=0)
+                for field in ("bytes", "busy_ns")}
     if anchor in ("ranks", "timeline", "headline"):
         return max(max(r["stats"]["iteration_time_ns"], r["timeline"]["span_ns"]) for r in runs)
     if anchor == "critical":
@@ -162,7 +166,7 @@ def timeline_section(run: dict[str, Any], scale: float) -> str:
             timeline_chart(timeline, int(scale), fmt_time))
 
 
-def traffic_section(run: dict[str, Any], scale: float) -> str:
+def traffic_section(run: dict[str, Any], scale: dict[str, int]) -> str:
     comm = run["stats"]["comm"]
     if not comm:
         return '<p class="note">No communication.</p>'
@@ -172,9 +176,9 @@ def traffic_section(run: dict[str, Any], scale: float) -> str:
                   "title": f"{kind}: busy {fmt_time(row['busy_ns'])} summed over ranks"} for kind, row in comm.items()]
     segments = [(kind, kind) for kind in comm]
     return ('<h3>bytes sent (all ranks)</h3>' +
-            bar_chart(rows_bytes, segments, max(r["bytes"] for r in comm.values()), fmt_bytes, "traffic-bytes", binary=True) +
+            bar_chart(rows_bytes, segments, scale["bytes"], fmt_bytes, "traffic-bytes", binary=True) +
             '<h3>busy time (summed over ranks)</h3>' +
-            bar_chart(rows_busy, segments, max(r["busy_ns"] for r in comm.values()), fmt_time, "traffic-busy"))
+            bar_chart(rows_busy, segments, scale["busy_ns"], fmt_time, "traffic-busy"))
 
 
 def critical_section(run: dict[str, Any], scale: float) -> str:
@@ -233,7 +237,7 @@ def assumptions_section(run: dict[str, Any], scale: float) -> str:
     return "<ul>" + "".join(f"<li>{escape(a)}</li>" for a in run["assumptions"]) + "</ul>"
 
 
-SECTIONS: list[tuple[str, str, Callable[[dict[str, Any], float], str]]] = [
+SECTIONS: list[tuple[str, str, Callable[[dict[str, Any], Any], str]]] = [
     ("headline", "Headline", headline),
     ("ranks", "Where each rank's time goes", ranks_section),
     ("timeline", "Timeline overview", timeline_section),
