@@ -17,7 +17,7 @@ from typing import Iterable
 
 from . import progress
 from .builders.one_rank import demote_one_rank_collectives, warn_if_kept
-from .diagnostics import Diagnostics
+from .diagnostics import Diagnostics, UsageError
 from .formats import detect, expand_inputs, input_format, output_format, refuse_overwriting_inputs, resolve
 from .model import ExecutionTrace
 from .options import Options
@@ -160,3 +160,55 @@ def simulate(
 
     options = replace(options or Options(), **option_values)
     return run_simulator(inputs, astra_sim, fmt, options, diagnostics, keep, timeout_s)
+
+
+def report(
+    inputs: str | Path | Iterable[str | Path],
+    output: str | Path,
+    fmt: str = "auto",
+    options: Options | None = None,
+    diagnostics: Diagnostics | None = None,
+    compare: str | Path | Iterable[str | Path] | None = None,
+    compare_network: str | Path | None = None,
+    sweep: list[str] | None = None,
+    **option_values,
+) -> list[dict]:
+    """Write one self-contained HTML page about `inputs` (see `converters/report/`); returns
+    the data of each run shown. `compare`: a second input shown beside it; `compare_network`:
+    the same input on a second network; `sweep`: `["tp.bandwidth_gbps=100,200", ...]`."""
+    from .report import build_runs, input_label, write_page
+    from .sweep import parse_sweep, sweep as run_sweep
+
+    options = replace(options or Options(), **option_values)
+    diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+    named = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
+    compared = ([compare] if isinstance(compare, (str, Path)) else list(compare)) if compare else []
+    if compared and compare_network is not None:
+        raise UsageError("give --compare or --compare-network, not both")
+    paths, compared_paths = _as_paths(named), _as_paths(compared) if compared else []
+    output = Path(output)
+    refuse_overwriting_inputs(paths + compared_paths, output, output_format("report", output))
+    grid = parse_sweep(sweep or [])
+    trace = read(paths, fmt, options, diagnostics)
+    other = None
+    if compared:
+        other = (read(compared_paths, fmt, options, diagnostics), input_label(compared))
+    with progress.bar("scheduling and checking for the report"):
+        runs = build_runs(trace, input_label(named), options, other, Path(compare_network) if compare_network else None)
+    swept = None
+    if grid:
+        with progress.bar("scheduling the sweep"):
+            swept = {**run_sweep(trace, grid, options), "keys": [k for k, _ in grid]}
+    with progress.bar(f"writing {output} (report)"):
+        write_page(output, runs, swept)
+    return runs
+
+
+def sweep(trace: ExecutionTrace, grid: dict[str, list] | list[str], options: Options | None = None) -> dict:
+    """Re-schedule `trace` for every point of a grid of network keys:
+    `sweep(trace, {"tp.bandwidth_gbps": [100, 200]})` -> {"sweep": [{..., "iteration_time_ns": ...}], "basis": ...}."""
+    from .sweep import parse_sweep, sweep as run_sweep
+
+    if isinstance(grid, dict):
+        grid = [f"{key}={','.join(map(str, values))}" for key, values in grid.items()]
+    return run_sweep(trace, parse_sweep(grid), options)

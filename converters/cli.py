@@ -92,6 +92,9 @@ Network = Annotated[Optional[Path], typer.Option(help="Network cost model (TOML)
 NetSet = Annotated[Optional[list[str]], typer.Option(
     "--net", help="Network parameter KEY=VALUE, KIND.KEY=VALUE or size.N.KEY=VALUE (bandwidth_gbps=50, "
     "tp.latency_ns=1000, size.8.chunks=2); repeatable; wins over --network.")]
+Sweep = Annotated[Optional[list[str]], typer.Option(
+    help="Re-schedule for every value of a network key: KEY=V1,V2,... (tp.bandwidth_gbps=100,200); "
+    "repeat for a grid.")]
 Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="Say more (detected format, every assumption made).")]
 Debug = Annotated[bool, typer.Option(help="Show tracebacks.")]
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No warnings, progress or iteration time.")]
@@ -246,7 +249,8 @@ def validate_command(
         "Examples:\n\n"
         "  et-convert stats samples/simai_tp8_pp16_1024gpu.txt\n\n"
         "  et-convert stats samples/neusight_gpt2_block.tsv --json\n\n"
-        "  et-convert stats samples/chakra_data --network samples/network_astra_ring8.toml"
+        "  et-convert stats samples/chakra_data --network samples/network_astra_ring8.toml\n\n"
+        "  et-convert stats samples/chakra_data --sweep bandwidth_gbps=25,50,100 --sweep chunks=1,4"
     ),
 )
 def stats_command(
@@ -262,6 +266,7 @@ def stats_command(
     ep: Ep = None,
     passes: Passes = 1,
     keep_broadcast: KeepBroadcast = False,
+    sweep: Sweep = None,
     verbose: Verbose = False,
     debug: Debug = False,
     quiet: Quiet = False,
@@ -270,6 +275,10 @@ def stats_command(
                       network_overrides=_net_overrides(net), keep_broadcast=keep_broadcast, verbose=verbose)
 
     def action(diagnostics: Diagnostics) -> int:
+        if sweep:
+            from .sweep import run as run_sweep
+
+            return run_sweep(inputs, from_, options, diagnostics, sweep, as_json=as_json)
         from .stats import run
 
         return run(inputs, from_, options, diagnostics, as_json=as_json)
@@ -320,6 +329,51 @@ def simulate_command(
         from .simulate import run
 
         return run(inputs, astra_sim, from_, options, diagnostics, keep=keep, timeout_s=timeout, as_json=as_json)
+
+    raise typer.Exit(_run(action, debug, quiet, verbose))
+
+
+@app.command(
+    "report",
+    help=(
+        "Write one self-contained HTML page about a run: where each rank's time goes, a timeline "
+        "overview, traffic, the critical path, the slowest collectives, findings and assumptions.\n\n"
+        "Examples:\n\n"
+        "  et-convert report samples/simai_tp8_pp16_1024gpu.txt -o report.html\n\n"
+        "  et-convert report samples/chakra_data -o compare.html --compare-network samples/network_astra_ring8.toml\n\n"
+        "  et-convert report samples/chakra_data -o sweep.html --sweep bandwidth_gbps=25,50,100"
+    ),
+)
+def report_command(
+    inputs: Inputs,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML page to write.")],
+    from_: From = "auto",
+    network: Network = None,
+    net: NetSet = None,
+    compare: Annotated[Optional[list[Path]], typer.Option(
+        help="A second input to show beside the first (repeat for several files; a directory works).")] = None,
+    compare_network: Annotated[Optional[Path], typer.Option(
+        help="Show the same input scheduled on this network (TOML) beside the first.")] = None,
+    sweep: Sweep = None,
+    num_npus: NumNpus = None,
+    tp: Tp = None,
+    dp: Dp = None,
+    pp: Pp = None,
+    ep: Ep = None,
+    passes: Passes = 1,
+    verbose: Verbose = False,
+    debug: Debug = False,
+    quiet: Quiet = False,
+) -> None:
+    options = Options(num_npus=num_npus, tp=tp, dp=dp, pp=pp, ep=ep, passes=passes, network=network,
+                      network_overrides=_net_overrides(net), verbose=verbose)
+
+    def action(diagnostics: Diagnostics) -> int:
+        from .api import report
+
+        report(inputs, output, from_, options, diagnostics, compare=compare, compare_network=compare_network,
+               sweep=sweep)
+        return 0
 
     raise typer.Exit(_run(action, debug, quiet, verbose))
 

@@ -49,6 +49,7 @@ OUTPUT_FORMATS = [
     OutputFormat("perfetto", "converters.writers.perfetto:write", (".pftrace",)),
     OutputFormat("chakra", "converters.writers.chakra:write", ()),
     OutputFormat("et-json", "converters.writers.et_json:write", ()),
+    OutputFormat("report", "converters.report:write", (".html",)),
 ]
 
 INPUT_NAMES = [f.name for f in INPUT_FORMATS]
@@ -169,6 +170,6 @@ def output_format(name: str | None, output: Path) -> OutputFormat:
         if any(lowered.endswith(s) for s in fmt.suffixes):
             return fmt
     raise UsageError(
-        f"cannot tell the output format from {output.name!r}; name it .json, .json.gz or "
-        f".pftrace, or give --to ({', '.join(OUTPUT_NAMES)})"
+        f"cannot tell the output format from {output.name!r}; name it .json, .json.gz, "
+        f".pftrace or .html, or give --to ({', '.join(OUTPUT_NAMES)})"
     )

@@ -40,6 +40,10 @@ def jobs(out: Path) -> list[list[str]]:
     for log_set, layout in MEGATRON_SETS.items():  # multi-rank runs with TP 1 or DP 1
         jobs.append([str(s / log_set), *layout, "-o", str(out / f"{log_set}.json")])
         jobs.append([str(s / log_set), *layout, "--to", "chakra", "-o", str(out / log_set / "workload")])
+    jobs += [  # one HTML page per run: a scheduled 1024-rank job and a measured Megatron log
+        ["report", str(s / "simai_tp8_pp16_1024gpu.txt"), "-o", str(out / "simai_tp8_pp16_1024gpu.report.html")],
+        ["report", str(s / "megatron_rank4_pp_tp2.log"), "-o", str(out / "megatron_rank4_pp_tp2.report.html")],
+    ]
     for workload in sorted((s / "workloads").glob("astra_*.txt")):
         jobs.append([str(workload), "--num-npus", "8", "-o", str(out / "workloads" / f"{workload.stem}.json")])
     for chakra_set in sorted(p for p in s.glob("chakra_*") if p.is_dir()):

@@ -25,7 +25,7 @@ def test_help_names_every_command_and_shows_examples():
 
 
 def test_each_command_help_ends_with_examples():
-    for command in ("convert", "validate", "stats", "simulate"):
+    for command in ("convert", "validate", "stats", "simulate", "report"):
         result = run_cli(command, "--help")
         assert result.code == 0, result.stderr
         assert "Examples:" in result.stdout
