@@ -42,7 +42,8 @@ def jobs(out: Path) -> list[list[str]]:
         jobs.append([str(s / log_set), *layout, "--to", "chakra", "-o", str(out / log_set / "workload")])
     jobs += [  # one HTML page per run: a scheduled 1024-rank job and a measured Megatron log
         ["report", str(s / "simai_tp8_pp16_1024gpu.txt"), "-o", str(out / "simai_tp8_pp16_1024gpu.report.html")],
-        ["report", str(s / "megatron_rank4_pp_tp2.log"), "-o", str(out / "megatron_rank4_pp_tp2.report.html")],
+        ["report", str(s / "megatron_tp2_pp2_dp1"), *MEGATRON_SETS["megatron_tp2_pp2_dp1"],
+         "-o", str(out / "megatron_tp2_pp2_dp1.report.html")],
     ]
     for workload in sorted((s / "workloads").glob("astra_*.txt")):
         jobs.append([str(workload), "--num-npus", "8", "-o", str(out / "workloads" / f"{workload.stem}.json")])
