@@ -267,7 +267,7 @@ def test_sweep_of_a_modelled_log_is_rescheduled_and_says_so(cli):
     (["--sweep", "chunks=1,", ], "--sweep chunks=1,: expected KEY=V1,V2,... (e.g. tp.bandwidth_gbps=100,200,400)"),
     (["--sweep", "chunks=1", "--sweep", "chunks=2"], "--sweep chunks is given twice; give each key once with all its values"),
     (["--sweep", "foo=1"], "network option foo: unknown key 'foo'; expected one of bandwidth_gbps, latency_ns, chunks, "
-                           "algorithm, endpoint_delay_ns, local_mem_gbps"),
+                           "algorithm, endpoint_delay_ns, local_mem_gbps, topology"),
     (["--sweep", "tp.chunks=1,0"], "network option tp.chunks: chunks must be a whole number of at least 1, found 0"),
 ])
 def test_sweep_errors_are_one_line(cli, args, message):
