@@ -68,6 +68,12 @@ class Diagnostics:
     def note(self, message: str) -> None:
         self.notes.append(message)
 
+    def merge(self, other: "Diagnostics") -> None:
+        """Add what another Diagnostics collected (a worker's, for one file or rank), as if said here."""
+        for kind, entry in other.kinds.items():
+            self.warn(kind, entry.template, entry.first, entry.count)
+        self.notes.extend(other.notes)
+
     def warn_assumption(self, sentence: str, where: str) -> None:
         """Warn about an assumption that changes numbers (the caller also records it with
         `trace.assume(sentence)`); -v does not list it a second time."""
