@@ -26,7 +26,7 @@ from math import prod
 from pathlib import Path
 
 from ..diagnostics import Diagnostics, InputError
-from ..model import CollType, ExecutionTrace, Node, NodeKind, Parallel, Rank
+from ..model import CollType, ExecutionTrace, Node, NodeKind, Parallel, Rank, SharedArgs
 from ..options import Options
 from ..readers.megatron_log import OpRecord, SubOp, read_file
 from . import per_rank
@@ -580,6 +580,8 @@ class _RankBuilder:
     group_uses: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     _group_ids: dict[str, int] = field(default_factory=dict)  # kind -> local id (one group per kind per rank)
+    # (group, comm_func, shape, dtype) of a sub-operation -> (coll, group id, size), when it warned of nothing
+    _sub_comm: dict[tuple, tuple] = field(default_factory=dict)
 
     def build(self, rank_id: int, records: list[OpRecord], origin: int) -> Rank:
         if rank_id >= self.layout.world:
@@ -665,32 +667,44 @@ class _RankBuilder:
         reading = self.readings[record.file][0]
         previous = list(deps)
         where = parent.source  # one string for the step and all its sub-operations
+        nodes = self.rank.nodes
         for index, sub in enumerate(record.sub_ops):
             start, end = _clamped(sub, reading, record, self.diagnostics)
             node = Node(
-                id=len(self.rank.nodes), name=_sub_name(sub.name, sub.comm_func), kind=NodeKind.COLLECTIVE,
-                duration_ns=end - start, deps=previous, start_ns=start - self.origin, parent=parent.id,
-                microbatch=parent.microbatch, source=where,
-                args=_sub_args(sub, record, index),
+                len(nodes), _sub_name(sub.name, sub.comm_func), NodeKind.COLLECTIVE, end - start, previous,
+                start_ns=start - self.origin, parent=parent.id, microbatch=parent.microbatch, source=where,
+                args=_sub_args(sub.comm_func, sub.func_name, sub.trace_src_func, sub.group, sub.dtype, sub.shape,
+                               record.stage, record.op, record.mg_state, index),
             )
-            kind = LOG_GROUPS.get(sub.group or "tp")
-            if kind is None:
-                self.diagnostics.warn(
-                    f"megatron-unknown-group:{sub.group}",
-                    f"{record.where}: {{count}} sub-operation(s) in unknown group {sub.group!r}; placed in the TP group",
-                )
-                kind = "tp"
-            coll = COMM_FUNCS.get((sub.comm_func or "").lower())
-            if coll is None:
-                self.diagnostics.warn(
-                    f"megatron-unknown-comm:{sub.comm_func}",
-                    f"{record.where}: {{count}} sub-operation(s) with comm_func={sub.comm_func}; written as ALL_REDUCE",
-                )
-                self._assume(f"sub-operations with comm_func={sub.comm_func} are written as ALL_REDUCE")
-                coll = CollType.ALL_REDUCE
-            self.rank.nodes.append(node)
-            self._make_collective(node, kind, coll, sub.shape, sub.dtype, record.where)
+            nodes.append(node)
             previous = [node.id]
+            known = self._sub_comm.get((sub.group, sub.comm_func, sub.shape, sub.dtype))
+            if known is not None:  # seen before without a warning: same group, type and size
+                node.coll, node.group, node.size = known
+                continue
+            self._describe_sub_op(node, sub, where)
+
+    def _describe_sub_op(self, node: Node, sub: SubOp, where: str) -> None:
+        """The sub-operation's group, collective type and size; remembered when nothing was warned about."""
+        warnings = sum(entry.count for entry in self.diagnostics.kinds.values())
+        kind = LOG_GROUPS.get(sub.group or "tp")
+        if kind is None:
+            self.diagnostics.warn(
+                f"megatron-unknown-group:{sub.group}",
+                f"{where}: {{count}} sub-operation(s) in unknown group {sub.group!r}; placed in the TP group",
+            )
+            kind = "tp"
+        coll = COMM_FUNCS.get((sub.comm_func or "").lower())
+        if coll is None:
+            self.diagnostics.warn(
+                f"megatron-unknown-comm:{sub.comm_func}",
+                f"{where}: {{count}} sub-operation(s) with comm_func={sub.comm_func}; written as ALL_REDUCE",
+            )
+            self._assume(f"sub-operations with comm_func={sub.comm_func} are written as ALL_REDUCE")
+            coll = CollType.ALL_REDUCE
+        self._make_collective(node, kind, coll, sub.shape, sub.dtype, where)
+        if warnings == sum(entry.count for entry in self.diagnostics.kinds.values()):
+            self._sub_comm[(sub.group, sub.comm_func, sub.shape, sub.dtype)] = (node.coll, node.group, node.size)
 
     def _bytes(self, shape, dtype, where: str, what: str) -> int:
         if shape is None:
@@ -774,17 +788,19 @@ def _op_args(record: OpRecord, iteration: int) -> dict:
     return args
 
 
-def _sub_args(sub: SubOp, record: OpRecord, index: int) -> dict:
-    args: dict = {"stage": record.stage, "sub_operation": index, "step": record.op}
+@functools.lru_cache(maxsize=1 << 14)
+def _sub_args(comm_func, func_name, trace_src_func, group, dtype, shape, stage, step, mg_state, index) -> SharedArgs:
+    """One read-only dict for all sub-operations that say the same (a log repeats a few thousand)."""
+    args: dict = {"stage": stage, "sub_operation": index, "step": step}
     for key, value in (
-        ("comm_func", sub.comm_func), ("func_name", sub.func_name), ("trace_src_func", sub.trace_src_func),
-        ("group_kind", sub.group), ("dtype", sub.dtype), ("mg_state", record.mg_state),
+        ("comm_func", comm_func), ("func_name", func_name), ("trace_src_func", trace_src_func),
+        ("group_kind", group), ("dtype", dtype), ("mg_state", mg_state),
     ):
         if value is not None:
             args[key] = value
-    if sub.shape is not None:
-        args["shape"] = _shape_text(sub.shape)
-    return args
+    if shape is not None:
+        args["shape"] = _shape_text(shape)
+    return SharedArgs(args)
 
 
 # ---------------------------------------------------------------- after all ranks
