@@ -20,6 +20,10 @@ class InputError(Exception):
         self.where = where
         self.message = message
 
+    def __reduce__(self):
+        # raised in a worker process (--jobs, --cluster), it must arrive whole in the parent
+        return type(self), (self.where, self.message)
+
 
 class UsageError(Exception):
     """Options that do not fit together (also exit code 2)."""

@@ -88,5 +88,5 @@ def _result(future, path: Path, options: Options):
     except Exception as e:  # KilledWorker, a closed connection, ...: the run cannot finish
         raise InputError(
             None,
-            f"--cluster {options.cluster}: a worker failed while reading {path} ({type(e).__name__}: {e}); nothing was written",
+            f"--cluster {options.cluster}: a worker was lost while reading {path} ({type(e).__name__}); nothing was written",
         ) from None
