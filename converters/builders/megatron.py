@@ -176,7 +176,6 @@ class Plan:
     tag_stride: int
     microbatches: int
     simulation: OpRecord | None
-    files: dict[int, str]  # rank -> the file it is in
 
 
 def plan(surveys: list[FileSurvey], paths: list[Path], options: Options, diagnostics: Diagnostics) -> Plan:
@@ -184,12 +183,9 @@ def plan(surveys: list[FileSurvey], paths: list[Path], options: Options, diagnos
     if not any(survey.ranks for survey in surveys):
         raise InputError(str(paths[0]), "no op lines found; expected rank:<r>:<op>(key=value,...)")
     by_rank: dict[int, RankSurvey] = {}
-    files: dict[int, str] = {}
     for survey in surveys:
         _check_ranks_once(survey, by_rank)
-        for rank_id, rank in survey.ranks.items():
-            by_rank[rank_id] = rank
-            files[rank_id] = survey.file
+        by_rank.update(survey.ranks)
     summaries = {rank_id: rank.summary for rank_id, rank in by_rank.items()}
     layout, inferred, doubts = infer_layout(summaries, options)
     if doubts:
@@ -203,7 +199,7 @@ def plan(surveys: list[FileSurvey], paths: list[Path], options: Options, diagnos
         readings={survey.file: survey.reading for survey in surveys if survey.ranks},
         tag_stride=2 * (1 + _largest(rank.max_p2p_batch for rank in by_rank.values())),
         microbatches=1 + _largest(rank.max_forward_batch for rank in by_rank.values()),
-        simulation=simulation, files=files,
+        simulation=simulation,
     )
 
 

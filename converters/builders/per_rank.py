@@ -21,7 +21,6 @@ elsewhere opens).
 from __future__ import annotations
 
 import multiprocessing
-import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -64,7 +63,7 @@ def run(fmt: PerRankFormat, paths: list[Path], options: Options, diagnostics: Di
 def reading_jobs(options: Options) -> int:
     """--jobs for reading; 1 (this process) unless asked: on a busy machine a second process
     reads each file twice (its survey and its build), which costs more than it saves."""
-    if options.jobs is None or not hasattr(os, "fork"):
+    if options.jobs is None or "fork" not in multiprocessing.get_all_start_methods():
         return 1
     return max(1, options.jobs)
 
