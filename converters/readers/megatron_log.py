@@ -238,27 +238,34 @@ def parse_sub_operations(text: str, where: str) -> list[SubOp]:
 
 # A step's sub-operations differ only in their times: the rest of the text (shape, dtype, group,
 # names) repeats across a log. Each distinct rest is parsed once; its SubOp is the template.
-_SUB_TIMES = re.compile(r"(?:^|,)duration=(\d[\d.]*),timestamp=(\d[\d.]*)(?=,|$)")
+# Times as the tracer prints them (at most 13 digits, at most 6 decimals: exact in integer ns).
+_SUB_TIMES = re.compile(r"(?:^|,)duration=(\d{1,13})(?:\.(\d{1,6}))?,timestamp=(\d{1,13})(?:\.(\d{1,6}))?(?=,|$)", re.ASCII)
 _SUB_TEMPLATES: dict[str, SubOp] = {}
 _MAX_TEMPLATES = 4096
+_MAX_NS = MAX_MS * 1_000_000
 
 
 def _sub_op_like_before(text: str, index: int, where: str) -> SubOp:
     """The sub-operation, from the template of a text that differed only in its two times."""
     times = _SUB_TIMES.search(text)
-    if times is None or text.count("duration=") != 1 or text.count("timestamp=") != 1:
+    if times is None:
         return _parse_sub_op(text, index, where)
-    rest = text[:times.start(1)] + "," + text[times.end(1):times.start(2)] + "," + text[times.end(2):]
+    duration_end = times.end(2) if times.group(2) else times.end(1)
+    rest = text[:times.start(1)] + "," + text[duration_end:times.start(3)] + "," + text[times.end():]
     template = _SUB_TEMPLATES.get(rest)
     if template is None:
         sub = _parse_sub_op(text, index, where)
-        if len(_SUB_TEMPLATES) >= _MAX_TEMPLATES:
-            _SUB_TEMPLATES.clear()
-        _SUB_TEMPLATES[rest] = sub
+        # a key names its text's fields only when no second duration= or timestamp= hides in it
+        if rest.count("duration=") == 1 and rest.count("timestamp=") == 1:
+            if len(_SUB_TEMPLATES) >= _MAX_TEMPLATES:
+                _SUB_TEMPLATES.clear()
+            _SUB_TEMPLATES[rest] = sub
         return sub
-    label = f"sub_operations[{index}]"
-    duration = _plain_ms(times.group(1)) or parse_ms(times.group(1), f"{label} duration", where)
-    stamp = _plain_ms(times.group(2)) or parse_ms(times.group(2), f"{label} timestamp", where)
+    whole, fraction, stamp_whole, stamp_fraction = times.groups()
+    duration = int(whole) * 1_000_000 + (int(fraction.ljust(6, "0")) if fraction else 0)
+    stamp = int(stamp_whole) * 1_000_000 + (int(stamp_fraction.ljust(6, "0")) if stamp_fraction else 0)
+    if duration > _MAX_NS or stamp > _MAX_NS:
+        return _parse_sub_op(text, index, where)  # its error
     return SubOp(duration, stamp, template.shape, template.dtype, template.group, template.comm_func,
                  template.func_name, template.trace_src_func, template.extras)
 
