@@ -29,6 +29,7 @@ BIN = Path(sys.executable).parent
 class Run:
     seconds: float
     peak_rss_mb: float
+    cpu_seconds: float = 0.0  # user + system of the child: steadier than wall time on a shared machine
 
 
 def measure(argv: list[str], cwd: Path | None = None) -> Run:
@@ -45,11 +46,12 @@ def measure(argv: list[str], cwd: Path | None = None) -> Run:
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"benchmark command failed: {' '.join(argv)}\n{err}")
-    return Run(seconds, usage.ru_maxrss / 1024)
+    return Run(seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime)
 
 
 def median_runs(runs: list[Run]) -> Run:
-    return Run(statistics.median(r.seconds for r in runs), statistics.median(r.peak_rss_mb for r in runs))
+    return Run(statistics.median(r.seconds for r in runs), statistics.median(r.peak_rss_mb for r in runs),
+               statistics.median(r.cpu_seconds for r in runs))
 
 
 def bytes_of(paths) -> int:
@@ -219,7 +221,7 @@ def bench_measured_set(work: Path, runs: int) -> None:
                              for _ in range(runs)])
             before_s, before_mb = BEFORE_46MB[label]
             print(f"   {label:8} --jobs {jobs}: {r.seconds:6.2f} s  {size / 1e6 / r.seconds:5.1f} MB/s  "
-                  f"{r.peak_rss_mb:5.0f} MB RSS   (before: {before_s} s, {before_mb} MB: "
+                  f"({r.cpu_seconds:5.2f} s CPU)  {r.peak_rss_mb:5.0f} MB RSS   (before: {before_s} s, {before_mb} MB: "
                   f"{before_s / r.seconds:.2f}x faster, {r.peak_rss_mb / before_mb:.2f} of the memory)")
     try:
         import distributed  # noqa: F401
