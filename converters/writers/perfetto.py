@@ -411,17 +411,19 @@ MAX_ANNOTATION_PIECES = 1 << 16
 
 def annotation_bytes(args: dict[str, Any], arg_names: dict[str, int]) -> bytes:
     pieces = []
+    cached = _annotation_pieces
     for key, value in args.items():
         iid = arg_names[key]
-        # the type is part of the key (True == 1); floats are not cached (0.0 == -0.0)
-        cache_key = (iid, value.__class__, value) if value.__class__ in (bool, int, str) else None
-        piece = _annotation_pieces.get(cache_key) if cache_key else None
+        kind = value.__class__
+        if kind is not str and kind is not int and kind is not bool:  # floats: 0.0 == -0.0
+            pieces.append(_annotation(iid, value))
+            continue
+        cache_key = (iid, kind, value)  # the type is part of the key: True == 1
+        piece = cached.get(cache_key)
         if piece is None:
-            piece = _annotation(iid, value)
-            if cache_key:
-                if len(_annotation_pieces) >= MAX_ANNOTATION_PIECES:
-                    _annotation_pieces.clear()
-                _annotation_pieces[cache_key] = piece
+            if len(cached) >= MAX_ANNOTATION_PIECES:
+                cached.clear()
+            piece = cached[cache_key] = _annotation(iid, value)
         pieces.append(piece)
     return b"".join(pieces)
 
