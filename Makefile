@@ -27,6 +27,7 @@ astra-check: run
 
 ## bench: speed and memory against chakra_converter, printed as ratios; then the scheduler's growth
 bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[cluster]'  # benchmark 7 compares 1 and 2 Dask workers
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/bench_scheduler.py
 

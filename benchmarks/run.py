@@ -4,7 +4,7 @@ Every figure is the median of at least 3 runs; the two tools' runs alternate so 
 noise hits both alike. Peak RSS is read from the kernel for each child process (wait4).
 Numbers, not pass/fail: the targets from the issue are printed beside the measurements.
 
-    python benchmarks/run.py [--runs 3] [--only 1,2,3,4,5,6] [--work benchmarks/work]
+    python benchmarks/run.py [--runs 3] [--only 1,2,3,4,5,6,7] [--work benchmarks/work]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ BIN = Path(sys.executable).parent
 class Run:
     seconds: float
     peak_rss_mb: float
+    cpu_seconds: float = 0.0  # user + system of the child: steadier than wall time on a shared machine
 
 
 def measure(argv: list[str], cwd: Path | None = None) -> Run:
@@ -45,11 +46,12 @@ def measure(argv: list[str], cwd: Path | None = None) -> Run:
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"benchmark command failed: {' '.join(argv)}\n{err}")
-    return Run(seconds, usage.ru_maxrss / 1024)
+    return Run(seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime)
 
 
 def median_runs(runs: list[Run]) -> Run:
-    return Run(statistics.median(r.seconds for r in runs), statistics.median(r.peak_rss_mb for r in runs))
+    return Run(statistics.median(r.seconds for r in runs), statistics.median(r.peak_rss_mb for r in runs),
+               statistics.median(r.cpu_seconds for r in runs))
 
 
 def bytes_of(paths) -> int:
@@ -197,14 +199,50 @@ def bench_big_log(work: Path, runs: int) -> None:
     shutil.rmtree(work / "biglog", ignore_errors=True)
 
 
+# The issue's measurements before the per-file phase (2026-11-23, same machine): seconds, peak RSS MB.
+BEFORE_46MB = {"json": (15.1, 344), "pftrace": (24.7, 659), "chakra": (17.8, 344)}
+
+
+def bench_measured_set(work: Path, runs: int) -> None:
+    """The issue's set: 16 per-rank 1F1B logs (TP 2, PP 4, DP 2, 128 microbatches, 32 layers)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from megatron_set import write_set
+
+    logs = write_set(work / "set46")
+    size = bytes_of(logs)
+    print(f"7. Per-rank Megatron logs: {len(logs)} files, {size / 1e6:.1f} MB (TP 2, PP 4, DP 2, 128 microbatches, "
+          "32 layers); targets >= 20 MB/s, peak RSS <= 2 x input + 200 MB "
+          f"= {2 * size / 2**20 + 200:.0f} MB")
+    for label, output in (("json", work / "set46.json"), ("pftrace", work / "set46.pftrace"),
+                          ("chakra", work / "set46_chakra" / "w")):
+        extra = ["--to", "chakra"] if label == "chakra" else []
+        for jobs in ("1", "2"):
+            r = median_runs([measure(et_convert(work / "set46", *extra, "--jobs", jobs, "-q", "-o", output))
+                             for _ in range(runs)])
+            before_s, before_mb = BEFORE_46MB[label]
+            print(f"   {label:8} --jobs {jobs}: {r.seconds:6.2f} s  {size / 1e6 / r.seconds:5.1f} MB/s  "
+                  f"({r.cpu_seconds:5.2f} s CPU)  {r.peak_rss_mb:5.0f} MB RSS   (before: {before_s} s, {before_mb} MB: "
+                  f"{before_s / r.seconds:.2f}x faster, {r.peak_rss_mb / before_mb:.2f} of the memory)")
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        print("   Dask: not installed (pip install 'et-convert[cluster]'); 1 vs 2 workers skipped")
+        return
+    for workers in ("1", "2"):  # the cluster's start (about 2 s) is included
+        r = median_runs([measure(et_convert(work / "set46", "--cluster", f"local:{workers}", "-q",
+                                            "-o", work / "set46.json")) for _ in range(runs)])
+        print(f"   json --cluster local:{workers}: {r.seconds:6.2f} s  {size / 1e6 / r.seconds:5.1f} MB/s  "
+              f"{r.peak_rss_mb:5.0f} MB RSS (the client)")
+
+
 BENCHES = {1: bench_reference, 2: bench_simai_chakra, 3: bench_chrome, 4: bench_validate_and_schedule, 5: bench_growth,
-           6: bench_big_log}
+           6: bench_big_log, 7: bench_measured_set}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", default="1,2,3,4,5,6")
+    parser.add_argument("--only", default="1,2,3,4,5,6,7")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)

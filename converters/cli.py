@@ -182,6 +182,9 @@ def convert_command(
     network: Network = None,
     net: NetSet = None,
     jobs: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")] = None,
+    cluster: Annotated[Optional[str], typer.Option(
+        help="Read per-rank logs on Dask: local:N workers here, or a scheduler tcp://host:8786 (pip install 'et-convert[cluster]')."
+    )] = None,
     force: Annotated[bool, typer.Option(help="Write a Chakra set even if validation finds errors.")] = False,
     strict: Annotated[bool, typer.Option(help="A cut-off last log line is an error.")] = False,
     verbose: Verbose = False,
@@ -193,6 +196,7 @@ def convert_command(
         bytes_per_element=bytes_per_element, num_layers=num_layers, mode=mode, schedule=schedule,
         step=step, bwd_factor=bwd_factor, p2p_bytes=p2p_bytes, keep_broadcast=keep_broadcast, retime=retime, ranks=ranks,
         network=network, network_overrides=_net_overrides(net), jobs=jobs, force=force, strict=strict, verbose=verbose,
+        cluster=cluster,
     )
 
     def action(diagnostics: Diagnostics) -> int:

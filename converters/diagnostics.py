@@ -20,6 +20,10 @@ class InputError(Exception):
         self.where = where
         self.message = message
 
+    def __reduce__(self):
+        # raised in a worker process (--jobs, --cluster), it must arrive whole in the parent
+        return type(self), (self.where, self.message)
+
 
 class UsageError(Exception):
     """Options that do not fit together (also exit code 2)."""
@@ -67,6 +71,12 @@ class Diagnostics:
 
     def note(self, message: str) -> None:
         self.notes.append(message)
+
+    def merge(self, other: "Diagnostics") -> None:
+        """Add what another Diagnostics collected (a worker's, for one file or rank), as if said here."""
+        for kind, entry in other.kinds.items():
+            self.warn(kind, entry.template, entry.first, entry.count)
+        self.notes.extend(other.notes)
 
     def warn_assumption(self, sentence: str, where: str) -> None:
         """Warn about an assumption that changes numbers (the caller also records it with

@@ -52,6 +52,19 @@ SIMULATED_COLLECTIVES = frozenset(
 )
 
 
+class SharedArgs(dict):
+    """`Node.args` that many nodes share (a log's sub-operations repeat the same few): read-only.
+    To change one node's args, give it its own: `node.args = {**node.args, "key": value}`."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("these node args are shared by many nodes; give the node its own dict to change them")
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = _refuse
+
+    def __reduce__(self):
+        return SharedArgs, (dict(self),)
+
+
 @dataclass(slots=True)
 class WireAttr:
     """One Chakra `AttributeProto` exactly as a file carried it.

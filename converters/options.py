@@ -35,6 +35,7 @@ class Options:
     network: Path | None = None  # network cost model (TOML)
     network_overrides: dict[str, object] = field(default_factory=dict)  # from CLI shortcuts
     jobs: int | None = None
+    cluster: str | None = None  # Dask: "local:N" or a scheduler address "tcp://host:8786"
     force: bool = False  # write a Chakra set even when the validator finds errors
     strict: bool = False  # a cut-off last log line is an error, not a warning
     verbose: bool = False

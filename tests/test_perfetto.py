@@ -208,3 +208,19 @@ def test_random_traces_nest_and_agree(tmp_path_factory, trace):
     assert sorted(spans) == sorted(x)
     flows_pf = sum(len(p.track_event.flow_ids) + len(p.track_event.terminating_flow_ids) for p in events)
     assert flows_pf == sum(1 for e in obj["traceEvents"] if "bind_id" in e)
+
+
+def test_hand_encoded_annotations_are_the_bytes_protobuf_writes():
+    import random
+
+    from converters.writers.perfetto import add_annotations, annotation_bytes, pb
+
+    names = {f"k{i}": i + 1 for i in range(300)}
+    values = [True, False, 0, 1, -1, 127, 128, -(1 << 63), (1 << 63) - 1, 2**40, 0.0, -0.0, -0.5, 1e300,
+              float("inf"), "", "abc", "µs ünïcode", [1, 2], None, (3, 4)]
+    chooser = random.Random(1)
+    for _ in range(2000):
+        args = {f"k{chooser.randrange(300)}": chooser.choice(values) for _ in range(chooser.randrange(8))}
+        event = pb.TrackEvent()
+        add_annotations(event, args, names)
+        assert annotation_bytes(args, names) == event.SerializeToString(), args

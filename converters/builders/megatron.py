@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from math import prod
 from pathlib import Path
 
 from ..diagnostics import Diagnostics, InputError
-from ..model import CollType, ExecutionTrace, Node, NodeKind, Parallel, Rank
+from ..model import CollType, ExecutionTrace, Node, NodeKind, Parallel, Rank, SharedArgs
 from ..options import Options
-from ..readers.megatron_log import OpRecord, SubOp, read_files
+from ..readers.megatron_log import OpRecord, SubOp, read_file
+from . import per_rank
 from .layout import Layout
 
 COMPUTE_OPS = ("get_batch", "forward_step", "backward_step", "optimizer_step")
@@ -71,47 +72,210 @@ STAMP_TOLERANCE_NS = 10_000
 
 
 def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
-    records = read_files(paths, diagnostics, strict=options.strict)
-    if not records:
-        raise InputError(str(paths[0]), "no op lines found; expected rank:<r>:<op>(key=value,...)")
-    return build(records, options, diagnostics, consume=True)
+    return per_rank.run(MEGATRON, paths, options, diagnostics)
 
 
-def build(records: list[OpRecord], options: Options, diagnostics: Diagnostics, consume: bool = False) -> ExecutionTrace:
-    """The model of the ranks in `records` (any files, any order of ranks).
+# ---------------------------------------------------------------- per file: what the other ranks need to know
 
-    `consume=True` empties `records` as ranks are built, so a long log's records are freed
-    while its nodes are made instead of both being held at the peak.
+@dataclass
+class RankSurvey:
+    """What one rank's records tell the cross-rank plan; small whatever the log's length.
+
+    `summary` holds header records (no sub-operations beyond one per group) that answer every
+    question the layout inference asks: the first iteration's ops in order, one record of each
+    other op, the sub-operation groups seen.
     """
-    by_rank = _records_by_rank(records)
-    readings = {name: subop_reading(recs) for name, recs in _records_by_file(records).items()}
-    layout, inferred, doubts = infer_layout(by_rank, options)
+
+    first: OpRecord
+    summary: list[OpRecord]
+    earliest_ns: int  # first measured start (sub-operations included), before any origin
+    max_forward_batch: int | None = None
+    max_p2p_batch: int | None = None
+    ops: set[str] = field(default_factory=set)  # in the summary
+    groups: set[str | None] = field(default_factory=set)  # sub-operation groups in the summary
+
+
+@dataclass
+class FileSurvey:
+    """One input file read: its ranks' surveys, plus (in this process only) the records themselves."""
+
+    file: str  # the name as given (what messages and node sources say)
+    path: str  # where to read it again (absolute when a worker elsewhere reads it)
+    reading: tuple[str, str]
+    ranks: dict[int, RankSurvey]
+    simulation: OpRecord | None  # the file's first description=simulation line (scaling mode)
+    problem: InputError | None  # the first line whose stage_id disagrees with its rank's first line
+    diagnostics: Diagnostics
+    records: list[OpRecord] | None = None
+
+
+def survey_file(path: Path, options: Options, name: str) -> FileSurvey:
+    """Read one log (the per-file phase's first half): the survey, with its records kept."""
+    diagnostics = Diagnostics()
+    records = read_file(path, diagnostics, options.strict, name=name)
+    return survey_records(name, str(path), records, diagnostics)
+
+
+def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: Diagnostics) -> FileSurvey:
+    reading = subop_reading(records)
+    ranks: dict[int, RankSurvey] = {}
+    iterating: set[int] = set()  # ranks still in their first iteration
+    simulation = problem = None
+    for record in records:
+        survey = ranks.get(record.rank)
+        if survey is None:
+            survey = ranks[record.rank] = RankSurvey(_header(record), [], record.start_ns)
+            iterating.add(record.rank)
+        elif survey.first.stage != record.stage and problem is None:
+            problem = InputError(
+                record.where,
+                f"rank {record.rank} logs stage_id {record.stage} here but stage_id {survey.first.stage} at {survey.first.where}",
+            )
+        _survey_record(survey, record, reading[0], record.rank in iterating)
+        if record.op == "optimizer_step":
+            iterating.discard(record.rank)
+        if simulation is None and record.description == "simulation":
+            simulation = _header(record)
+    return FileSurvey(name, path, reading, ranks, simulation, problem, diagnostics, records)
+
+
+def _survey_record(survey: RankSurvey, record: OpRecord, reading: str, first_iteration: bool) -> None:
+    starts = [_sub_start(sub, reading) for sub in record.sub_ops]
+    survey.earliest_ns = min(survey.earliest_ns, record.start_ns, *starts)
+    if record.op == "forward_step":
+        survey.max_forward_batch = _larger(survey.max_forward_batch, record.batch)
+    if record.op in P2P_OPS:
+        survey.max_p2p_batch = _larger(survey.max_p2p_batch, record.batch)
+    new_groups: dict[str | None, SubOp] = {}
+    for sub in record.sub_ops:
+        if sub.group not in survey.groups:
+            new_groups.setdefault(sub.group, sub)
+    if first_iteration or new_groups or record.op not in survey.ops:
+        survey.summary.append(_header(record, list(new_groups.values())))
+        survey.ops.add(record.op)
+        survey.groups.update(new_groups)
+
+
+def _larger(old: int | None, new: int) -> int:
+    return new if old is None else max(old, new)
+
+
+def _header(record: OpRecord, sub_ops: list[SubOp] | None = None) -> OpRecord:
+    """The record without its sub-operations (or with the few given)."""
+    return replace(record, sub_ops=sub_ops or [])
+
+
+@dataclass
+class Plan:
+    """The cross-rank decisions every rank's build needs: small, sent to every worker."""
+
+    layout: Layout
+    inferred: str
+    origins: dict[int, int]
+    readings: dict[str, tuple[str, str]]
+    tag_stride: int
+    microbatches: int
+    simulation: OpRecord | None
+
+
+def plan(surveys: list[FileSurvey], paths: list[Path], options: Options, diagnostics: Diagnostics) -> Plan:
+    """The cross-rank phase before any node is made: checks across files, layout, clocks, tags."""
+    if not any(survey.ranks for survey in surveys):
+        raise InputError(str(paths[0]), "no op lines found; expected rank:<r>:<op>(key=value,...)")
+    by_rank: dict[int, RankSurvey] = {}
+    for survey in surveys:
+        _check_ranks_once(survey, by_rank)
+        by_rank.update(survey.ranks)
+    summaries = {rank_id: rank.summary for rank_id, rank in by_rank.items()}
+    layout, inferred, doubts = infer_layout(summaries, options)
     if doubts:
-        _warn_layout_guess(layout, doubts, by_rank, diagnostics)
+        _warn_layout_guess(layout, doubts, summaries, diagnostics)
+    simulation = next((survey.simulation for survey in surveys if survey.simulation is not None), None)
+    earliest = {rank_id: rank.earliest_ns for rank_id, rank in by_rank.items()}
+    shared = min(earliest.values())
+    return Plan(
+        layout=layout, inferred=inferred,
+        origins=earliest if simulation is not None else {rank_id: shared for rank_id in by_rank},
+        readings={survey.file: survey.reading for survey in surveys if survey.ranks},
+        tag_stride=2 * (1 + _largest(rank.max_p2p_batch for rank in by_rank.values())),
+        microbatches=1 + _largest(rank.max_forward_batch for rank in by_rank.values()),
+        simulation=simulation,
+    )
+
+
+def _largest(values) -> int:
+    """The largest of the values that are not None; 0 when there are none."""
+    return max((v for v in values if v is not None), default=0)
+
+
+def _check_ranks_once(survey: FileSurvey, seen: dict[int, RankSurvey]) -> None:
+    """Each rank in one file only, on one stage: the first offending line of this file is reported."""
+    problems = [] if survey.problem is None else [survey.problem]
+    for rank_id, rank in survey.ranks.items():
+        earlier = seen.get(rank_id)
+        if earlier is not None:
+            problems.append(InputError(
+                rank.first.where,
+                f"rank {rank_id} also appears in {earlier.first.file} (line {earlier.first.line}); give each rank's log once",
+            ))
+    if problems:
+        raise min(problems, key=lambda e: int(e.where.rsplit(":", 1)[1]))
+
+
+# ---------------------------------------------------------------- per file: the nodes of its ranks
+
+@dataclass
+class RankPart:
+    """One rank built: its nodes, and what the merge replays in rank order (groups, assumptions, warnings)."""
+
+    rank: Rank
+    group_uses: list[tuple[str, tuple[int, ...]]]  # local group id i+1 = the i-th (kind, members) used
+    assumptions: list[str]
+    diagnostics: Diagnostics
+
+
+def build_file(survey: FileSurvey, plan: Plan, options: Options) -> list[RankPart]:
+    """The nodes of every rank of one file (the per-file phase's second half); re-reads the file
+    when the survey came from another process and left its records there."""
+    records = survey.records
+    if records is None:
+        records = read_file(Path(survey.path), Diagnostics(), options.strict, name=survey.file)
+    survey.records = None
+    by_rank: dict[int, list[OpRecord]] = defaultdict(list)
+    for record in records:
+        by_rank[record.rank].append(record)
+    del records
+    parts = []
+    for rank_id in sorted(by_rank):
+        builder = _RankBuilder(plan.layout, plan.readings, plan.tag_stride, Diagnostics())
+        rank = builder.build(rank_id, by_rank.pop(rank_id), plan.origins[rank_id])
+        parts.append(RankPart(rank, builder.group_uses, builder.assumptions, builder.diagnostics))
+    return parts
+
+
+# ---------------------------------------------------------------- across ranks: the model
+
+def merge(plan: Plan, parts: list[RankPart], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
+    """The model from every rank's part, in rank order whatever order the parts came in."""
+    layout = plan.layout
     trace = ExecutionTrace()
     trace.parallel = Parallel(
-        world=layout.world, tp=layout.tp, dp=layout.dp, pp=layout.pp, ep=layout.ep,
-        microbatches=1 + max((r.batch for r in records if r.op == "forward_step"), default=0),
+        world=layout.world, tp=layout.tp, dp=layout.dp, pp=layout.pp, ep=layout.ep, microbatches=plan.microbatches,
     )
     trace.units = {"time": "ms (converted exactly to integer ns)", "size": "input__shape elements x dtype bytes"}
     trace.timing = "measured"
-    if inferred:
-        trace.assume(inferred)
+    if plan.inferred:
+        trace.assume(plan.inferred)
     trace.assume("op timestamps are end times: start = timestamp - duration")
-    scaling_line = _scaling_mode(records, trace)
-    scaling = scaling_line is not None
-    origins = _time_origins(by_rank, readings, scaling)
-    trace.time_origin_ns = min(origins.values())
+    scaling = plan.simulation is not None
     if scaling:
-        trace.metadata["rank_time_origins_ns"] = {str(r): origins[r] for r in sorted(origins)}
-    _record_readings(readings, trace)
-
-    tag_stride = 2 * (1 + max((r.batch for r in records if r.op in P2P_OPS), default=0))
-    if consume:
-        records.clear()  # by_rank holds them now, until each rank is built
-    builder = _RankBuilder(trace, layout, readings, tag_stride, diagnostics)
-    for rank_id in sorted(by_rank):
-        trace.ranks[rank_id] = builder.build(rank_id, by_rank.pop(rank_id), origins[rank_id])
+        _scaling_mode(trace)
+    trace.time_origin_ns = min(plan.origins.values())
+    if scaling:
+        trace.metadata["rank_time_origins_ns"] = {str(r): plan.origins[r] for r in sorted(plan.origins)}
+    _record_readings(plan.readings, trace)
+    for part in sorted(parts, key=lambda p: p.rank.rank):
+        _adopt(trace, part, diagnostics)
 
     if not scaling:
         _record_receive_waits(trace)
@@ -122,7 +286,7 @@ def build(records: list[OpRecord], options: Options, diagnostics: Diagnostics, c
             "--retime applies only to scaling-mode logs (description=simulation); kept the measured times",
         )
     if scaling:
-        _warn_scaling_mode(scaling_line, _missing_ranks(trace), options, diagnostics)
+        _warn_scaling_mode(plan.simulation, _missing_ranks(trace), options, diagnostics)
     if scaling and options.retime:
         _check_complete_for_retime(trace)
         trace.timing = "none"
@@ -133,34 +297,29 @@ def build(records: list[OpRecord], options: Options, diagnostics: Diagnostics, c
     return trace
 
 
+def _adopt(trace: ExecutionTrace, part: RankPart, diagnostics: Diagnostics) -> None:
+    """Add one rank: its groups get the trace's ids (the order of first use, rank by rank, as one
+    builder would have made them), its assumptions and warnings join the trace's."""
+    ids = {}
+    for local, (kind, members) in enumerate(part.group_uses, 1):
+        group = trace.add_group(kind, members)
+        if not group.name:
+            group.name = f"{kind}#{group.id}"
+        ids[local] = group.id
+    if any(local != gid for local, gid in ids.items()):
+        for node in part.rank.nodes:
+            if node.group is not None:
+                node.group = ids[node.group]
+    for sentence in part.assumptions:
+        trace.assume(sentence)
+    diagnostics.merge(part.diagnostics)
+    trace.ranks[part.rank.rank] = part.rank
+
+
+MEGATRON = per_rank.PerRankFormat(survey_file, plan, build_file, merge)
+
+
 # ---------------------------------------------------------------- grouping and checks
-
-def _records_by_rank(records: list[OpRecord]) -> dict[int, list[OpRecord]]:
-    by_rank: dict[int, list[OpRecord]] = defaultdict(list)
-    for record in records:
-        mine = by_rank[record.rank]
-        if mine:
-            first = mine[0]
-            if first.file != record.file:
-                raise InputError(
-                    record.where,
-                    f"rank {record.rank} also appears in {first.file} (line {first.line}); give each rank's log once",
-                )
-            if first.stage != record.stage:
-                raise InputError(
-                    record.where,
-                    f"rank {record.rank} logs stage_id {record.stage} here but stage_id {first.stage} at {first.where}",
-                )
-        mine.append(record)
-    return dict(by_rank)
-
-
-def _records_by_file(records: list[OpRecord]) -> dict[str, list[OpRecord]]:
-    by_file: dict[str, list[OpRecord]] = defaultdict(list)
-    for record in records:
-        by_file[record.file].append(record)
-    return dict(by_file)
-
 
 def subop_reading(records: list[OpRecord]) -> tuple[str, str]:
     """Whether this file's sub-operation timestamps are end or start times, and why.
@@ -197,18 +356,14 @@ def _record_readings(readings: dict[str, tuple[str, str]], trace: ExecutionTrace
         trace.assume(f"sub-operation timestamps read as {reading} times in {names} ({files[0][1]})")
 
 
-def _scaling_mode(records: list[OpRecord], trace: ExecutionTrace) -> OpRecord | None:
-    """The first line of a scaling-mode log (description=simulation), or None for a measured run."""
-    first = next((r for r in records if r.description == "simulation"), None)
-    if first is None:
-        return None
+def _scaling_mode(trace: ExecutionTrace) -> None:
+    """Say in the trace what a scaling-mode log (description=simulation) means."""
     trace.metadata["scaling_mode"] = True
     trace.metadata["cross_rank_timing"] = "meaningless: ranks ran one after another on one GPU"
     trace.assume(
         "scaling-mode log: each rank keeps its own timeline starting at 0; communication durations "
         "are not measurements and cross-rank timing means nothing"
     )
-    return first
 
 
 def _warn_scaling_mode(first: OpRecord, missing: list[int], options: Options, diagnostics: Diagnostics) -> None:
@@ -225,21 +380,6 @@ def _warn_scaling_mode(first: OpRecord, missing: list[int], options: Options, di
         f"{first.where}: scaling-mode log (description=simulation): ranks ran one after another, so "
         "communication times are not measurements and ranks' timestamps are not on one timeline" + advice,
     )
-
-
-def _time_origins(by_rank, readings, scaling: bool) -> dict[int, int]:
-    """The time subtracted from each rank's measurements: one shared origin, or per rank in scaling mode."""
-    earliest = {}
-    for rank_id, recs in by_rank.items():
-        starts = [r.start_ns for r in recs]
-        for record in recs:
-            reading = readings[record.file][0]
-            starts.extend(_sub_start(sub, reading) for sub in record.sub_ops)
-        earliest[rank_id] = min(starts)
-    if scaling:
-        return earliest
-    shared = min(earliest.values())
-    return {rank_id: shared for rank_id in by_rank}
 
 
 def _sub_start(sub: SubOp, reading: str) -> int:
@@ -427,11 +567,17 @@ def _members(layout: Layout, kind: str, rank: int) -> list[int]:
 
 @dataclass
 class _RankBuilder:
-    trace: ExecutionTrace
+    """One rank's nodes. Groups get local ids (the order of first use); the merge gives the trace's."""
+
     layout: Layout
     readings: dict[str, tuple[str, str]]
     tag_stride: int
     diagnostics: Diagnostics
+    group_uses: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+    _group_ids: dict[str, int] = field(default_factory=dict)  # kind -> local id (one group per kind per rank)
+    # (group, comm_func, shape, dtype) of a sub-operation -> (coll, group id, size), when it warned of nothing
+    _sub_comm: dict[tuple, tuple] = field(default_factory=dict)
 
     def build(self, rank_id: int, records: list[OpRecord], origin: int) -> Rank:
         if rank_id >= self.layout.world:
@@ -497,44 +643,64 @@ class _RankBuilder:
         node.args["peer_stage"] = peer_stage
 
     def _make_collective(self, node, kind: str, coll: CollType, shape, dtype, where: str) -> None:
-        group = self.trace.add_group(kind, _members(self.layout, kind, self.rank.rank))
-        if not group.name:
-            group.name = f"{kind}#{group.id}"
         node.kind = NodeKind.COLLECTIVE
         node.coll = coll
-        node.group = group.id
+        node.group = self._group_id(kind)
         node.size = self._bytes(shape, dtype, where, "collective")
+
+    def _group_id(self, kind: str) -> int:
+        gid = self._group_ids.get(kind)
+        if gid is None:
+            self.group_uses.append((kind, tuple(sorted(_members(self.layout, kind, self.rank.rank)))))
+            gid = self._group_ids[kind] = len(self.group_uses)
+        return gid
+
+    def _assume(self, sentence: str) -> None:
+        if sentence not in self.assumptions:
+            self.assumptions.append(sentence)
 
     def _add_sub_ops(self, parent: Node, record: OpRecord, deps: list[int]) -> None:
         reading = self.readings[record.file][0]
         previous = list(deps)
         where = parent.source  # one string for the step and all its sub-operations
+        nodes = self.rank.nodes
         for index, sub in enumerate(record.sub_ops):
             start, end = _clamped(sub, reading, record, self.diagnostics)
             node = Node(
-                id=len(self.rank.nodes), name=_sub_name(sub.name, sub.comm_func), kind=NodeKind.COLLECTIVE,
-                duration_ns=end - start, deps=previous, start_ns=start - self.origin, parent=parent.id,
-                microbatch=parent.microbatch, source=where,
-                args=_sub_args(sub, record, index),
+                len(nodes), _sub_name(sub.name, sub.comm_func), NodeKind.COLLECTIVE, end - start, previous,
+                start_ns=start - self.origin, parent=parent.id, microbatch=parent.microbatch, source=where,
+                args=_sub_args(sub.comm_func, sub.func_name, sub.trace_src_func, sub.group, sub.dtype, sub.shape,
+                               record.stage, record.op, record.mg_state, index),
             )
-            kind = LOG_GROUPS.get(sub.group or "tp")
-            if kind is None:
-                self.diagnostics.warn(
-                    f"megatron-unknown-group:{sub.group}",
-                    f"{record.where}: {{count}} sub-operation(s) in unknown group {sub.group!r}; placed in the TP group",
-                )
-                kind = "tp"
-            coll = COMM_FUNCS.get((sub.comm_func or "").lower())
-            if coll is None:
-                self.diagnostics.warn(
-                    f"megatron-unknown-comm:{sub.comm_func}",
-                    f"{record.where}: {{count}} sub-operation(s) with comm_func={sub.comm_func}; written as ALL_REDUCE",
-                )
-                self.trace.assume(f"sub-operations with comm_func={sub.comm_func} are written as ALL_REDUCE")
-                coll = CollType.ALL_REDUCE
-            self.rank.nodes.append(node)
-            self._make_collective(node, kind, coll, sub.shape, sub.dtype, record.where)
+            nodes.append(node)
             previous = [node.id]
+            known = self._sub_comm.get((sub.group, sub.comm_func, sub.shape, sub.dtype))
+            if known is not None:  # seen before without a warning: same group, type and size
+                node.coll, node.group, node.size = known
+                continue
+            self._describe_sub_op(node, sub, where)
+
+    def _describe_sub_op(self, node: Node, sub: SubOp, where: str) -> None:
+        """The sub-operation's group, collective type and size; remembered when nothing was warned about."""
+        warnings = sum(entry.count for entry in self.diagnostics.kinds.values())
+        kind = LOG_GROUPS.get(sub.group or "tp")
+        if kind is None:
+            self.diagnostics.warn(
+                f"megatron-unknown-group:{sub.group}",
+                f"{where}: {{count}} sub-operation(s) in unknown group {sub.group!r}; placed in the TP group",
+            )
+            kind = "tp"
+        coll = COMM_FUNCS.get((sub.comm_func or "").lower())
+        if coll is None:
+            self.diagnostics.warn(
+                f"megatron-unknown-comm:{sub.comm_func}",
+                f"{where}: {{count}} sub-operation(s) with comm_func={sub.comm_func}; written as ALL_REDUCE",
+            )
+            self._assume(f"sub-operations with comm_func={sub.comm_func} are written as ALL_REDUCE")
+            coll = CollType.ALL_REDUCE
+        self._make_collective(node, kind, coll, sub.shape, sub.dtype, where)
+        if warnings == sum(entry.count for entry in self.diagnostics.kinds.values()):
+            self._sub_comm[(sub.group, sub.comm_func, sub.shape, sub.dtype)] = (node.coll, node.group, node.size)
 
     def _bytes(self, shape, dtype, where: str, what: str) -> int:
         if shape is None:
@@ -548,7 +714,7 @@ class _RankBuilder:
             self.diagnostics.warn(
                 f"megatron-dtype:{dtype}", f"{where}: {{count}} op(s) with unknown dtype {dtype}; 4 bytes per element assumed",
             )
-            self.trace.assume(f"dtype {dtype} taken as 4 bytes per element")
+            self._assume(f"dtype {dtype} taken as 4 bytes per element")
             width = 4
         size = prod(shape) * width
         if size > MAX_BYTES:
@@ -618,17 +784,19 @@ def _op_args(record: OpRecord, iteration: int) -> dict:
     return args
 
 
-def _sub_args(sub: SubOp, record: OpRecord, index: int) -> dict:
-    args: dict = {"stage": record.stage, "sub_operation": index, "step": record.op}
+@functools.lru_cache(maxsize=1 << 14)
+def _sub_args(comm_func, func_name, trace_src_func, group, dtype, shape, stage, step, mg_state, index) -> SharedArgs:
+    """One read-only dict for all sub-operations that say the same (a log repeats a few thousand)."""
+    args: dict = {"stage": stage, "sub_operation": index, "step": step}
     for key, value in (
-        ("comm_func", sub.comm_func), ("func_name", sub.func_name), ("trace_src_func", sub.trace_src_func),
-        ("group_kind", sub.group), ("dtype", sub.dtype), ("mg_state", record.mg_state),
+        ("comm_func", comm_func), ("func_name", func_name), ("trace_src_func", trace_src_func),
+        ("group_kind", group), ("dtype", dtype), ("mg_state", mg_state),
     ):
         if value is not None:
             args[key] = value
-    if sub.shape is not None:
-        args["shape"] = _shape_text(sub.shape)
-    return args
+    if shape is not None:
+        args["shape"] = _shape_text(shape)
+    return SharedArgs(args)
 
 
 # ---------------------------------------------------------------- after all ranks

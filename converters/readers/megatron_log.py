@@ -22,10 +22,8 @@ import sys
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from types import MappingProxyType
-from typing import Mapping
+from collections.abc import Mapping
 
-from .. import progress
 from ..diagnostics import Diagnostics, InputError, at
 from .text import not_utf8
 
@@ -45,7 +43,26 @@ _LINE = re.compile(r"rank:(\d+):([A-Za-z_]\w*)\((.*)\)\s*$")
 _LINE_START = re.compile(rb"\s*rank:\d+:[A-Za-z_]\w*\(")
 _KEY = re.compile(r"\s*([A-Za-z_]\w*)=")
 _SUBOPS_SHAPE = "expected a list of quoted 'key=value,...' strings"
-NO_EXTRAS: Mapping[str, str] = MappingProxyType({})  # shared by the many records without unknown keys
+
+
+class _NoExtras(Mapping):
+    """The empty, read-only extras shared by the many records without unknown keys. Unlike a
+    MappingProxyType it can be pickled (surveys cross processes), and unpickles as the one instance."""
+
+    def __getitem__(self, key):
+        raise KeyError(key)
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __reduce__(self):
+        return "NO_EXTRAS"
+
+
+NO_EXTRAS: Mapping[str, str] = _NoExtras()
 MAX_MS = ((1 << 63) - 1) // 1_000_000  # times become int64 nanoseconds
 
 
@@ -107,30 +124,14 @@ def sniff(head: bytes, path: Path | None = None) -> bool:
     return False
 
 
-def read_files(paths: list[Path], diagnostics: Diagnostics, strict: bool = False) -> list[OpRecord]:
-    """Every record of every file, in the order given (files, then lines)."""
-    records: list[OpRecord] = []
-    total = sum(_size(path) for path in paths)
-    with progress.bar("reading logs", total=total, unit=progress.mib) as bar:
-        for path in paths:
-            records.extend(read_file(path, diagnostics, strict, bar))
-    return records
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0  # read_file says why it cannot be read
-
-
-def read_file(path: Path, diagnostics: Diagnostics, strict: bool = False, bar=None) -> list[OpRecord]:
+def read_file(path: Path, diagnostics: Diagnostics, strict: bool = False, bar=None, name: str | None = None) -> list[OpRecord]:
     """The records of one log, read line by line (a log may be larger than memory allows twice).
 
     Each line is parsed once the next non-blank line is seen, so the last one is known: only the
-    last line may be cut off (the run crashed while the tracer wrote it).
+    last line may be cut off (the run crashed while the tracer wrote it). `name` is what records
+    and messages call the file (default: the path).
     """
-    name = str(path)
+    name = name or str(path)
     records: list[OpRecord] = []
     held: tuple[int, bytes] | None = None  # the latest non-blank line, not yet known to be the last
     try:
@@ -194,7 +195,7 @@ def parse_line(text: str, file: str, line: int) -> OpRecord:
     if match is None:
         raise InputError(where, f"expected rank:<r>:<op>(key=value,...), found {_excerpt(text)}")
     rank_text, op, body = match.groups()
-    fields = split_fields(body, OP_KEYS, free_text=("description",))
+    fields = _op_fields(body)
     extras = {k: v for k, v in fields.items() if k not in OP_KEYS} or NO_EXTRAS
     for key in REQUIRED_OP_KEYS:
         if key not in fields:
@@ -223,6 +224,9 @@ def parse_line(text: str, file: str, line: int) -> OpRecord:
 
 def parse_sub_operations(text: str, where: str) -> list[SubOp]:
     """The `sub_operations=[...]` value: a list literal of 'key=value,...' strings."""
+    items = _plain_string_list(text)
+    if items is not None:
+        return [_sub_op_like_before(item, index, where) for index, item in enumerate(items)]
     try:
         items = ast.literal_eval(text.strip())
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -232,9 +236,43 @@ def parse_sub_operations(text: str, where: str) -> list[SubOp]:
     return [_parse_sub_op(item, index, where) for index, item in enumerate(items)]
 
 
+# A step's sub-operations differ only in their times: the rest of the text (shape, dtype, group,
+# names) repeats across a log. Each distinct rest is parsed once; its SubOp is the template.
+# Times as the tracer prints them (at most 13 digits, at most 6 decimals: exact in integer ns).
+_SUB_TIMES = re.compile(r"(?:^|,)duration=(\d{1,13})(?:\.(\d{1,6}))?,timestamp=(\d{1,13})(?:\.(\d{1,6}))?(?=,|$)", re.ASCII)
+_SUB_TEMPLATES: dict[str, SubOp] = {}
+_MAX_TEMPLATES = 4096
+_MAX_NS = MAX_MS * 1_000_000
+
+
+def _sub_op_like_before(text: str, index: int, where: str) -> SubOp:
+    """The sub-operation, from the template of a text that differed only in its two times."""
+    times = _SUB_TIMES.search(text)
+    if times is None:
+        return _parse_sub_op(text, index, where)
+    duration_end = times.end(2) if times.group(2) else times.end(1)
+    rest = text[:times.start(1)] + "," + text[duration_end:times.start(3)] + "," + text[times.end():]
+    template = _SUB_TEMPLATES.get(rest)
+    if template is None:
+        sub = _parse_sub_op(text, index, where)
+        # a key names its text's fields only when no second duration= or timestamp= hides in it
+        if rest.count("duration=") == 1 and rest.count("timestamp=") == 1:
+            if len(_SUB_TEMPLATES) >= _MAX_TEMPLATES:
+                _SUB_TEMPLATES.clear()
+            _SUB_TEMPLATES[rest] = sub
+        return sub
+    whole, fraction, stamp_whole, stamp_fraction = times.groups()
+    duration = int(whole) * 1_000_000 + (int(fraction.ljust(6, "0")) if fraction else 0)
+    stamp = int(stamp_whole) * 1_000_000 + (int(stamp_fraction.ljust(6, "0")) if stamp_fraction else 0)
+    if duration > _MAX_NS or stamp > _MAX_NS:
+        return _parse_sub_op(text, index, where)  # its error
+    return SubOp(duration, stamp, template.shape, template.dtype, template.group, template.comm_func,
+                 template.func_name, template.trace_src_func, template.extras)
+
+
 def _parse_sub_op(text: str, index: int, where: str) -> SubOp:
     label = f"sub_operations[{index}]"
-    fields = split_fields(text, SUB_KEYS)
+    fields = _plain_fields(text) or split_fields(text, SUB_KEYS)
     for key in REQUIRED_SUB_KEYS:
         if key not in fields:
             raise InputError(where, f"{label}: missing {key}= (found {_excerpt(text)})")
@@ -249,6 +287,47 @@ def _parse_sub_op(text: str, index: int, where: str) -> SubOp:
         trace_src_func=_none(fields.get("trace_src_func")),
         extras={k: v for k, v in fields.items() if k not in SUB_KEYS} or NO_EXTRAS,
     )
+
+
+# The shapes the tracer always writes, read without the general machinery below (which stays the
+# reference for everything else): a list of single-quoted strings without quotes or escapes
+# inside, and `key=value` pieces whose values hold no separators other than a flat list of ints.
+_PLAIN_LIST = re.compile(r"\[(?:'[^'\\]*'(?:, '[^'\\]*')*)?\]")
+_PLAIN_VALUE = r"(?:\[[\d, ]*\]|[^,\[\]()'\"\\=]*)"
+_PLAIN_FIELDS = re.compile(rf"[A-Za-z_]\w*={_PLAIN_VALUE}(?:,[A-Za-z_]\w*={_PLAIN_VALUE})*")
+_PLAIN_FIELD = re.compile(rf"([A-Za-z_]\w*)=({_PLAIN_VALUE})")
+_SUBOPS_TAIL = ",sub_operations=["
+_HEAD_KEYS = frozenset(OP_KEYS) - {"sub_operations"}
+
+
+def _plain_string_list(text: str) -> list[str] | None:
+    """`['a', 'b']` as the tracer writes it -> ["a", "b"]; None for anything literal_eval must read."""
+    text = text.strip()
+    if _PLAIN_LIST.fullmatch(text) is None:
+        return None
+    return text[2:-2].split("', '") if len(text) > 2 else []
+
+
+def _plain_fields(body: str) -> dict[str, str] | None:
+    """`k=v,...` with plain values and distinct keys -> {k: v}, as split_fields would; else None."""
+    if _PLAIN_FIELDS.fullmatch(body) is None:
+        return None
+    pairs = _PLAIN_FIELD.findall(body)
+    fields = dict(pairs)
+    return fields if len(fields) == len(pairs) else None
+
+
+def _op_fields(body: str) -> dict[str, str]:
+    """An op line's fields. Its long `sub_operations` list (the last field) is cut off first when the
+    rest is plain, so the general splitter never walks the list's characters."""
+    cut = body.rfind(_SUBOPS_TAIL)
+    if cut >= 0 and _PLAIN_LIST.fullmatch(body, cut + len(_SUBOPS_TAIL) - 1) is not None:
+        head = _plain_fields(body[:cut])
+        # only known keys: an unknown one may belong to a description with commas (split_fields)
+        if head is not None and all(key in _HEAD_KEYS for key in head):
+            head["sub_operations"] = body[cut + len(_SUBOPS_TAIL) - 1:]
+            return head
+    return split_fields(body, OP_KEYS, free_text=("description",))
 
 
 def split_fields(body: str, known: tuple[str, ...], free_text: tuple[str, ...] = ()) -> dict[str, str]:
@@ -311,8 +390,25 @@ def _top_level_pieces(body: str) -> list[str]:
     return pieces
 
 
+_PLAIN_MS = re.compile(r"(\d{1,13})(?:\.(\d{1,6}))?")  # up to 10^13 ms, at most ns precision: exact in ints
+
+
+def _plain_ms(text: str) -> int | None:
+    """Digits with at most 6 decimals (what the tracer prints) -> ns; None (or 0) when parse_ms must
+    look: 0 is returned as None's equal, so callers write `_plain_ms(t) or parse_ms(t, ...)`."""
+    plain = _PLAIN_MS.fullmatch(text)
+    if plain is None:
+        return None
+    whole, fraction = plain.groups()
+    ns = int(whole) * 1_000_000 + (int(fraction.ljust(6, "0")) if fraction else 0)
+    return ns if ns <= MAX_MS * 1_000_000 else None
+
+
 def parse_ms(text: str, key: str, where: str) -> int:
     """Milliseconds as logged -> integer ns, exactly (decimal, no float rounding)."""
+    plain = _plain_ms(text)
+    if plain is not None:
+        return plain
     value = text.strip()
     try:
         number = Decimal(value)

@@ -174,12 +174,18 @@ def _signals_held() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    # The handlers are swapped rather than the signals blocked: a blocked signal still reaches
+    # another thread (a Dask client leaves some, --cluster), whose delivery runs the handler here.
+    received: list[int] = []
+    old = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
+           for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+        for signum in received:
+            signal.raise_signal(signum)  # now, as it would have come
 
 
 def _default_file_mode() -> int:

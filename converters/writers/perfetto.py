@@ -236,11 +236,10 @@ class _EventEncoder:
         if self.begin_bytes > BEGIN_CACHE_BYTES:
             self.begins.clear()
             self.begin_bytes = 0
-        event = pb.TrackEvent()
-        event.type = _BEGIN
-        event.name_iid = self.names[name]
-        add_annotations(event, args, self.arg_names)
-        head = self.begins[(name, id(args))] = event.SerializeToString()  # fields 4, 9, 10: all before track_uuid
+        # fields 4 (debug annotations), 9 (type), 10 (name_iid), in the order protobuf writes them;
+        # all before track_uuid
+        head = annotation_bytes(args, self.arg_names) + _BEGIN_TYPE + b"\x50" + varint(self.names[name])
+        self.begins[(name, id(args))] = head
         self.begin_bytes += len(head)
         return head
 
@@ -396,6 +395,55 @@ def layout_runs(layout: Layout) -> list[tuple[int, list[tuple[int, int, int]]]]:
         runs[-1][1].append((kind, slot, i))
     layout.cache["perfetto"] = runs
     return runs
+
+
+# One DebugAnnotation (TrackEvent field 4) per arg: name_iid = 1 (varint), then the value:
+# bool_value = 2 (varint), int_value = 4 (varint, negatives as 64-bit two's complement),
+# double_value = 5 (fixed64), string_value = 6 (bytes). Encoded here, not through protobuf
+# objects (a log has a distinct args dict per slice); `add_annotations` is the reference the
+# tests compare with. Pieces repeat (stage, op, dtype, ...): each distinct one is encoded once.
+_BEGIN_TYPE = b"\x48" + bytes([_BEGIN])
+_ANNOTATION = b"\x22"
+_INT64 = (-(1 << 63), 1 << 63)
+_annotation_pieces: dict[tuple, bytes] = {}
+MAX_ANNOTATION_PIECES = 1 << 16
+
+
+def annotation_bytes(args: dict[str, Any], arg_names: dict[str, int]) -> bytes:
+    pieces = []
+    cached = _annotation_pieces
+    for key, value in args.items():
+        iid = arg_names[key]
+        kind = value.__class__
+        if kind is not str and kind is not int and kind is not bool:  # floats: 0.0 == -0.0
+            pieces.append(_annotation(iid, value))
+            continue
+        cache_key = (iid, kind, value)  # the type is part of the key: True == 1
+        piece = cached.get(cache_key)
+        if piece is None:
+            if len(cached) >= MAX_ANNOTATION_PIECES:
+                cached.clear()
+            piece = cached[cache_key] = _annotation(iid, value)
+        pieces.append(piece)
+    return b"".join(pieces)
+
+
+def _annotation(name_iid: int, value: Any) -> bytes:
+    if isinstance(value, bool):
+        body = b"\x10" + (b"\x01" if value else b"\x00")
+    elif isinstance(value, int) and _INT64[0] <= value < _INT64[1]:
+        body = b"\x20" + varint(value & 0xFFFF_FFFF_FFFF_FFFF)
+    elif isinstance(value, int):  # out of int64: as protobuf has it (it refuses)
+        event = pb.TrackEvent()
+        add_annotations(event, {"": value}, {"": name_iid})
+        return event.SerializeToString()
+    elif isinstance(value, float):
+        body = b"\x29" + struct.pack("<d", value)
+    else:
+        text = str(value).encode("utf-8")
+        body = b"\x32" + varint(len(text)) + text
+    body = b"\x08" + varint(name_iid) + body
+    return _ANNOTATION + varint(len(body)) + body
 
 
 def add_annotations(event, args: dict[str, Any], arg_names: dict[str, int]) -> None:

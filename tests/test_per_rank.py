@@ -1,0 +1,161 @@
+"""Per-rank logs read file by file: in this process, over --jobs processes and on a Dask cluster,
+always the same bytes out; the reader's fast paths agree with its general parser."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import converters as etc
+from conftest import SAMPLES, run_cli
+from converters.builders import megatron
+from converters.builders.per_rank import PerRankFormat
+from converters.diagnostics import Diagnostics, InputError
+from converters.options import Options
+from converters.readers import megatron_log
+from helpers.megatron_synth import replace_in_op, run_lines, write_run
+
+OUTPUTS = {"json": ["-o", "t.json"], "pftrace": ["-o", "t.pftrace"], "chakra": ["--to", "chakra", "--force", "-o", "set/w"]}
+
+
+def logs(tmp_path: Path) -> list[Path]:
+    """8 ranks (4 stages x TP 2), with an unknown dtype on two ranks so warnings and assumptions
+    come from several workers and must be merged in rank order."""
+    edit = replace_in_op(3, "recv_forward", 1, "torch.float32", "torch.weird")
+    paths = write_run(tmp_path / "logs", stages=4, tp=2, microbatches=4, edit=edit)
+    text = paths[6].read_text().replace("input__dtype=torch.float32", "input__dtype=torch.odd", 1)
+    paths[6].write_text(text)
+    return paths
+
+
+def outputs(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def convert_each_way(tmp_path: Path, paths: list[Path], name: str, *extra: str) -> tuple[dict[str, bytes], str]:
+    out = tmp_path / name
+    out.mkdir()
+    stderr = ""
+    for kind, args in OUTPUTS.items():
+        args = [a if not a.startswith(("t.", "set/")) else str(out / a) for a in args]
+        result = run_cli(*paths, *args, *extra)
+        assert result.code == 0, result.stderr
+        stderr += result.stderr
+    return outputs(out), stderr
+
+
+def test_jobs_give_the_same_bytes_and_warnings(tmp_path):
+    paths = logs(tmp_path)
+    one, said_one = convert_each_way(tmp_path, paths, "one", "--jobs", "1")
+    three, said_three = convert_each_way(tmp_path, paths, "three", "--jobs", "3")
+    assert len(one) == 2 + 8 + 1  # t.json, t.pftrace, 8 rank files and comm_group.json
+    assert one == three
+    assert said_one == said_three
+    assert "torch.weird" in said_one and "torch.odd" in said_one
+
+
+def test_jobs_report_the_first_bad_file_in_the_order_given(tmp_path):
+    paths = logs(tmp_path)
+    for rank in (2, 5):
+        lines = paths[rank].read_text().splitlines()
+        lines[3] = lines[3].replace("duration=", "duration=x")
+        paths[rank].write_text("\n".join(lines) + "\n")
+    result = run_cli(*paths, "--jobs", "2", "-o", tmp_path / "t.json")
+    assert result.code == 2
+    assert result.stderr.strip().splitlines()[-1].startswith(f"et-convert: error: {paths[2]}:4: duration: expected milliseconds")
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_in_process_and_worker_builds_give_the_same_model(tmp_path):
+    paths = logs(tmp_path)
+    here = etc.read(paths, "megatron-log", diagnostics=Diagnostics())
+    there = etc.read(paths, "megatron-log", diagnostics=Diagnostics(), jobs=2)
+    assert here.groups == there.groups
+    assert here.assumptions == there.assumptions
+    assert {r: rank.nodes for r, rank in here.ranks.items()} == {r: rank.nodes for r, rank in there.ranks.items()}
+
+
+# ---------------------------------------------------------------- the reader's fast paths
+
+def parse_or_error(line: str):
+    try:
+        return megatron_log.parse_line(line, "f.log", 1)
+    except InputError as e:
+        return str(e)
+
+
+def parsed_both_ways(monkeypatch, line: str):
+    fast = parse_or_error(line)
+    monkeypatch.setattr(megatron_log, "_plain_string_list", lambda text: None)
+    monkeypatch.setattr(megatron_log, "_plain_fields", lambda body: None)
+    monkeypatch.setattr(megatron_log, "_plain_ms", lambda text: None)
+    general = parse_or_error(line)
+    monkeypatch.undo()
+    return fast, general
+
+
+@pytest.mark.parametrize("line", [
+    *(SAMPLES / "megatron_rank4_pp_tp2.log").read_text().splitlines()[:12],
+    *(SAMPLES / "megatron_rank2_moe_scaling.log").read_text().splitlines()[:12],
+    *run_lines(stages=2, tp=2, microbatches=2)[0],
+    # a description with a comma and an unknown key inside it, an extra key, odd spacing, a 7-decimal time
+    "rank:0:forward_step(stage_id=0,batch_id=0,duration=1.5,description=a, b=c,timestamp=7.0,sub_operations=[])",
+    "rank:0:forward_step(stage_id=0,batch_id=0,duration=1.5,timestamp=7.0,zeta=1,sub_operations=['duration=0.1,timestamp=6.9,group=tp'])",
+    "rank:0:forward_step(stage_id=0,batch_id=0,duration=1.5,timestamp=7.0,sub_operations=['duration=0.1, timestamp=6.9', 'duration=0.1,timestamp=6.9,group=tp,group=dp'])",
+    "rank:0:forward_step(stage_id=0,batch_id=0,duration=1.5,timestamp=7.0,sub_operations=['duration=0.1,timestamp=6.9,duration=2'])",
+    "rank:0:forward_step(stage_id=0,batch_id=0,duration=1.0000005,timestamp=7.00000049,sub_operations=[])",
+])
+def test_fast_paths_read_lines_as_the_general_parser_does(monkeypatch, line):
+    fast, general = parsed_both_ways(monkeypatch, line)
+    assert fast == general
+
+
+def test_repeated_sub_operations_keep_their_own_times():
+    line = ("rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=["
+            "'duration=0.25,timestamp=2,group=tp,comm_func=allreduce', 'duration=0.5,timestamp=3.125,group=tp,comm_func=allreduce'])")
+    record = megatron_log.parse_line(line, "f.log", 1)
+    assert [(s.duration_ns, s.stamp_ns, s.group) for s in record.sub_ops] == [(250_000, 2_000_000, "tp"), (500_000, 3_125_000, "tp")]
+
+
+# ---------------------------------------------------------------- Dask
+
+def test_cluster_needs_a_valid_address(tmp_path):
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    result = run_cli(*logs(tmp_path), "--cluster", "local:zero", "-o", tmp_path / "t.json")
+    assert result.code == 2
+    assert result.stderr.strip() == ("et-convert: error: --cluster local:zero: expected local:N with N >= 1 workers, "
+                                     "or tcp://host:port")
+
+
+def test_local_cluster_of_two_processes_writes_the_local_bytes(tmp_path):
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    paths = logs(tmp_path)
+    here, said_here = convert_each_way(tmp_path, paths, "here")
+    dask, said_dask = convert_each_way(tmp_path, paths, "dask", "--cluster", "local:2")
+    assert here == dask
+    assert said_here == said_dask
+
+
+def _dying_survey(path, options, name):
+    if path.name == "rank3.log":
+        os._exit(1)  # the worker process dies, as when a machine is lost
+    return megatron.survey_file(path, options, name)
+
+
+def test_a_worker_that_dies_fails_the_run_with_one_error_and_no_output(tmp_path):
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    import dask
+
+    from converters.builders import cluster
+
+    paths = logs(tmp_path)
+    dying = PerRankFormat(_dying_survey, megatron.plan, megatron.build_file, megatron.merge)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        with pytest.raises(InputError) as caught:
+            cluster.run(dying, paths, Options(cluster="local:2"), Diagnostics())
+    # the first file (in the order given) whose work was on the lost worker is named
+    assert re.fullmatch(rf"--cluster local:2: a worker was lost while reading {tmp_path}/logs/rank\d\.log "
+                        r"\(KilledWorker\); nothing was written", str(caught.value))
