@@ -29,6 +29,7 @@ class Options:
     bwd_factor: float = 2.0  # OptimusPrime: backward = k x forward
     p2p_bytes: int | None = None  # activation bytes between stages when the input has none
     retime: bool = False  # Megatron scaling-mode logs: re-time with the scheduler
+    merge_compute: bool = True  # PyTorch profiler traces: consecutive kernels of a stream as one node
     # output
     ranks: str | None = None  # Chrome: which ranks to draw, e.g. "0-15,1008" or "all"
     network: Path | None = None  # network cost model (TOML)
