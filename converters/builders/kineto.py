@@ -310,18 +310,11 @@ def _size_from_inputs(event: Event, rt: RankTrace, where: Event) -> tuple[int, s
 
 
 def _comm_name(comm: Comm) -> str:
+    """The op as the trace names it (writers add the size)."""
     if comm.kind == NodeKind.COLLECTIVE:
-        return f"{comm.op} {_human(comm.size)}"
-    arrow = "to" if comm.kind == NodeKind.SEND else "from"
+        return comm.op
     peer = "?" if comm.peer is None else comm.peer
-    return f"{'send' if comm.kind == NodeKind.SEND else 'recv'} {arrow} {peer} {_human(comm.size)}"
-
-
-def _human(size: int) -> str:
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale and size % (scale // 4) == 0:
-            return f"{size / scale:g} {unit}"
-    return f"{size} B"
+    return f"send to {peer}" if comm.kind == NodeKind.SEND else f"recv from {peer}"
 
 
 def _cpu_items(rt: RankTrace) -> tuple[list[Item], list]:
@@ -725,7 +718,6 @@ def _rank_nodes(ri: RankItems, shift: int, groups: _Groups) -> Rank:
             node.kind = comm.kind
             node.size = comm.size
             node.args["dtype"] = comm.dtype
-            node.args["op"] = comm.op
             if comm.kind == NodeKind.COLLECTIVE:
                 node.coll = comm.coll
                 node.group = comm.group.id

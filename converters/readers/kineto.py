@@ -16,6 +16,7 @@ compute ops keep none.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -209,9 +210,16 @@ def _read_or_error(path: Path) -> RankTrace | tuple:
         return (e.where, e.message)
 
 
+PARALLEL_FROM_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
+
+
 def read_ranks(paths: list[Path], jobs: int | None = None) -> list[RankTrace]:
-    """Every file's rank, read in parallel processes when `jobs` > 1; two files of one rank are an error."""
-    if jobs and jobs > 1 and len(paths) > 1:
+    """Every file's rank, read in `jobs` worker processes (default: every core, once the files
+    hold 32 MB); two files of one rank are an error."""
+    if jobs is None:
+        total = sum(p.stat().st_size for p in paths if p.exists())
+        jobs = (os.cpu_count() or 1) if total >= PARALLEL_FROM_BYTES else 1
+    if jobs > 1 and len(paths) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
