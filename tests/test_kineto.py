@@ -321,3 +321,21 @@ def test_a_sampled_subset_of_a_large_job_validates(tmp_path):
     result = run_cli("validate", tmp_path)
     assert result.code == 0, result.stdout
     assert "I024 partial rank set · the input holds ranks 0,64 of 128; cross-rank checks cover only these" in result.stdout
+
+
+def test_events_are_parsed_in_batches_with_cuts_inside_strings_retried(tmp_path, monkeypatch):
+    from converters.readers import kineto
+
+    data = json.loads((NCCL / "rank-0.json").read_text())
+    data["traceEvents"][12]["name"] = 'gemm "}, {" kernel'  # a cut candidate inside a string
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps(data))
+    whole = kineto.read_rank(path)
+    monkeypatch.setattr(kineto, "BATCH_BYTES", 64)  # a batch every few events
+    calls = []
+    original = kineto._batch
+    monkeypatch.setattr(kineto, "_batch", lambda *a: calls.append(1) or original(*a))
+    batched = kineto.read_rank(path)
+    assert len(calls) > 10
+    assert batched.events == whole.events and batched.pg_config == whole.pg_config
+    assert any(e.name == 'gemm "}, {" kernel' for e in batched.events)

@@ -25,9 +25,11 @@ send/recv pairing (the k-th transfer from a to b is tag k on both sides).
 from __future__ import annotations
 
 import ast
+import os
 import re
 from bisect import bisect_left
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
@@ -35,7 +37,7 @@ from pathlib import Path
 from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
 from ..options import Options
-from ..readers.kineto import Event, RankTrace, read_ranks
+from ..readers.kineto import Event, RankTrace, read_rank
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 COLLECTIVE_NAMES = {
@@ -101,37 +103,90 @@ class Item:
     host_ts: int = 0  # when the host issued it (steps are host-side annotations)
     names: list[str] = field(default_factory=list)  # merged compute
     busy: int = 0
-    waits: list["Item"] = field(default_factory=list)  # cross-stream dependencies
+    waits: list = field(default_factory=list)  # items it waits for (indices into the rank's items once linked)
     node: Node | None = None
 
 
 @dataclass
 class RankItems:
-    rank: int
-    file: str
+    """One rank's part: its file's facts (`info`, events dropped) and its items; `waits` of each
+    item are indices into `items`, so the part pickles flat (worker processes send it back)."""
+
+    info: RankTrace
     items: list[Item]
     channels: dict[tuple, str]  # channel -> its thread or stream name, for group resolution
     runloop_threads: list[int]  # gloo worker threads, by tid
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def rank(self) -> int:
+        return self.info.rank
+
+    @property
+    def file(self) -> str:
+        return self.info.file
+
+
+PARALLEL_FROM_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 
 
 def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
-    traces = read_ranks(paths, options.jobs)
-    return build(traces, options, diagnostics)
+    return build(read_parts(paths, options), options, diagnostics)
 
 
-def build(traces: list[RankTrace], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
-    merge = options.merge_compute
+def read_part(path: Path, options: Options) -> RankItems:
+    """One rank's file -> its items (the per-rank work: reading, linking, merging); the events are freed."""
+    rt = read_rank(path)
+    part = rank_items(rt, options)
+    rt.events = []
+    return part
+
+
+def _part_or_error(path: Path, options: Options) -> RankItems | tuple:
+    """`read_part` in a worker process: an InputError comes back as (where, message)."""
+    try:
+        return read_part(path, options)
+    except InputError as e:
+        return (e.where, e.message)
+
+
+def read_parts(paths: list[Path], options: Options) -> list[RankItems]:
+    """Every file's part, in `--jobs` worker processes (default: every core once the files hold
+    32 MB); two files of one rank are an error."""
+    jobs = options.jobs
+    if jobs is None:
+        total = sum(p.stat().st_size for p in paths if p.exists())
+        jobs = (os.cpu_count() or 1) if total >= PARALLEL_FROM_BYTES else 1
+    if jobs > 1 and len(paths) > 1:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
+            parts = list(pool.map(_part_or_error, paths, [options] * len(paths)))
+        for part in parts:
+            if isinstance(part, tuple):
+                raise InputError(*part)
+    else:
+        parts = [read_part(path, options) for path in paths]
+    seen: dict[int, RankItems] = {}
+    for part in parts:
+        other = seen.get(part.rank)
+        if other is not None:
+            raise InputError(part.file, f"rank {part.rank} (from its {part.info.rank_from}) is also in {other.file}; "
+                                        "give each rank's trace once")
+        seen[part.rank] = part
+    return sorted(parts, key=lambda part: part.rank)
+
+
+def build(parts: list[RankItems], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
+    traces = [part.info for part in parts]
     trace = ExecutionTrace()
     trace.timing = "measured"
     trace.units = {"time": "µs with ns decimals (converted exactly to integer ns)",
                    "size": "message elements x dtype bytes"}
     world = max((t.world_size or 0 for t in traces), default=0) or (max(t.rank for t in traces) + 1)
     configs = _pg_configs(traces)
-    per_rank: dict[int, RankItems] = {}
-    for rt in traces:
-        if rt.rank_from == "file name":
-            trace.assume(f"rank of {Path(rt.file).name} read from its file name (no distributedInfo.rank)")
-        per_rank[rt.rank] = rank_items(rt, options, merge, trace)
+    per_rank: dict[int, RankItems] = {part.rank: part for part in parts}
+    for part in parts:
+        for sentence in part.assumptions:
+            trace.assume(sentence)
     backends = sorted({t.backend for t in traces if t.backend})
     trace.metadata["backend"] = ",".join(backends)
     groups = _Groups(trace, configs, world)
@@ -151,23 +206,26 @@ def build(traces: list[RankTrace], options: Options, diagnostics: Diagnostics) -
 
 # ---------------------------------------------------------------- one rank
 
-def rank_items(rt: RankTrace, options: Options, merge: bool, trace: ExecutionTrace) -> RankItems:
+def rank_items(rt: RankTrace, options: Options) -> RankItems:
     """The rank's items (compute, communication) with their in-rank dependencies."""
+    notes: list[str] = []
+    if rt.rank_from == "file name":
+        notes.append(f"rank of {Path(rt.file).name} read from its file name (no distributedInfo.rank)")
     steps = _steps(rt)
     if any(e.cat in GPU_CATEGORIES for e in rt.events):
-        items, waits = _gpu_items(rt, trace)
+        items, waits = _gpu_items(rt, notes)
         runloop = []
     else:
         items, waits = _cpu_items(rt)
         runloop = _gloo_workers(rt, {it.comm.channel[1] for it in items if it.comm and it.stream == "cpu"})
     if options.step is not None:
         items = _in_step(items, steps, options.step, rt)
-        trace.assume(f"only ProfilerStep#{options.step} is converted (--step)")
-    if merge:
+        notes.append(f"only ProfilerStep#{options.step} is converted (--step)")
+    if options.merge_compute:
         items = _merged(items, waits)
-    _link(items, waits)
+    items = _link(items, waits)
     channels = {it.comm.channel: it.stream for it in items if it.comm is not None}
-    return RankItems(rt.rank, rt.file, items, channels, runloop)
+    return RankItems(rt, items, channels, runloop, notes)
 
 
 def _gloo_workers(rt: RankTrace, launching: set) -> list[int]:
@@ -196,7 +254,7 @@ def _in_step(items: list[Item], steps, step: int, rt: RankTrace) -> list[Item]:
     return [it for it in items if low <= it.host_ts <= high]
 
 
-def _gpu_items(rt: RankTrace, trace: ExecutionTrace) -> tuple[list[Item], list[tuple]]:
+def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[tuple]]:
     by_external: dict[object, list[Event]] = defaultdict(list)
     for e in rt.events:
         if e.cat in ("cpu_op", "user_annotation") and "External id" in e.args:
@@ -212,13 +270,13 @@ def _gpu_items(rt: RankTrace, trace: ExecutionTrace) -> tuple[list[Item], list[t
         item = Item(e.name, f"stream {e.tid}", e.ts_ns, e.end_ns, rt.where(e),
                     host_ts=host[0].ts_ns if host else e.ts_ns, busy=e.dur_ns)
         if e.cat == "kernel" and "nccl" in e.name.lower():
-            item.comm = _nccl_comm(e, host, rt, trace)
+            item.comm = _nccl_comm(e, host, rt, notes)
             item.name = _comm_name(item.comm)
         items.append(item)
     return items, waits
 
 
-def _nccl_comm(kernel: Event, host: list[Event], rt: RankTrace, trace: ExecutionTrace) -> Comm:
+def _nccl_comm(kernel: Event, host: list[Event], rt: RankTrace, notes: list[str]) -> Comm:
     meta = kernel.args if "Collective name" in kernel.args else next(
         (h.args for h in host if "Collective name" in h.args), None)
     channel = ("stream", kernel.tid)
@@ -230,7 +288,7 @@ def _nccl_comm(kernel: Event, host: list[Event], rt: RankTrace, trace: Execution
     kind, coll = _kind_of(op, kernel.name)
     size, dtype = _size_from_inputs(annotation, rt, kernel) if annotation else (1, "")
     if annotation is None:
-        trace.assume("NCCL kernels without collective args or an nccl:<coll> annotation are written with size 1 byte")
+        notes.append("NCCL kernels without collective args or an nccl:<coll> annotation are written with size 1 byte")
     return Comm(kind, coll, op, size, dtype, channel)
 
 
@@ -428,8 +486,9 @@ def _cut_between(low: int, high: int, cuts: list[int]) -> bool:
     return any(low <= c <= high for c in cuts)
 
 
-def _link(items: list[Item], waits: list[tuple]) -> None:
-    """Dependencies inside the rank: stream order, cuda_sync waits, synchronous gloo calls."""
+def _link(items: list[Item], waits: list[tuple]) -> list[Item]:
+    """Dependencies inside the rank: stream order, cuda_sync waits, synchronous gloo calls.
+    Returns the items in time order, each item's `waits` as indices into that list."""
     by_stream: dict[str, list[Item]] = defaultdict(list)
     for it in sorted(items, key=lambda i: (i.start, i.end)):
         by_stream[it.stream].append(it)
@@ -457,6 +516,11 @@ def _link(items: list[Item], waits: list[tuple]) -> None:
         k = bisect_left(main_starts, it.end)
         if k < len(main):
             main[k].waits.append(it)
+    ordered = sorted(items, key=lambda i: (i.start, i.end, i.stream))
+    position = {id(it): index for index, it in enumerate(ordered)}
+    for it in ordered:
+        it.waits = [position[id(w)] for w in it.waits]
+    return ordered
 
 
 # ---------------------------------------------------------------- groups
@@ -704,7 +768,7 @@ def _pair_transfers(per_rank: dict[int, RankItems], trace: ExecutionTrace, diagn
 
 def _rank_nodes(ri: RankItems, shift: int, groups: _Groups) -> Rank:
     rank = Rank(ri.rank, source=Path(ri.file).name)
-    ordered = sorted(ri.items, key=lambda i: (i.start, i.end, i.stream))
+    ordered = ri.items  # in time order (`_link`)
     for index, it in enumerate(ordered):
         node = Node(id=index, name=it.name, kind=NodeKind.COMPUTE, duration_ns=max(0, it.end - it.start),
                     start_ns=it.start - shift, stream=it.stream, source=it.where)
@@ -733,7 +797,8 @@ def _rank_nodes(ri: RankItems, shift: int, groups: _Groups) -> Rank:
                     node.args["user_tag"] = comm.user_tag
         rank.nodes.append(node)
     for it in ordered:
-        it.node.deps = sorted({w.node.id for w in it.waits if w.node is not None and w.node.id < it.node.id})
+        waited = (ri.items[w].node for w in it.waits)
+        it.node.deps = sorted({n.id for n in waited if n is not None and n.id < it.node.id})
     return rank
 
 

@@ -16,7 +16,6 @@ compute ops keep none.
 from __future__ import annotations
 
 import gzip
-import os
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -37,6 +36,10 @@ KEPT_ARGS = frozenset({
     "Global rank start", "Global rank stride", "Seq", "Src Rank", "Dst Rank", "Rank",
     "Input Dims", "Input type", "Concrete Inputs", "External id", "stream", "device", "wait_on_stream",
 })
+LINK_ARGS = frozenset({"External id", "stream", "device", "wait_on_stream"})
+# Names of the events whose collective arguments are kept.
+COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ncclDevKernel", "ncclKernel")
+NO_ARGS: dict = {}  # shared by every event that keeps no argument (never written to)
 FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 SNIFF_KEYS = (b'"traceEvents"',)
 SNIFF_KINETO = (b'"distributedInfo"', b'"baseTimeNanoseconds"', b'"deviceProperties"', b'"schemaVersion"')
@@ -95,13 +98,17 @@ def read_rank(path: Path) -> RankTrace:
     name = str(path)
     data = _bytes_of(path)
     size = len(data)
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise json_error(path, e) from None
+    parsed = _in_batches(data, name)
+    if parsed is None:  # not laid out as expected: parse it whole (errors then say where)
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise json_error(path, e) from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+            raise InputError(name, "expected a PyTorch profiler trace: a JSON object with a traceEvents array")
+        parsed = doc, *_events(name, [doc.pop("traceEvents")])
     del data
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise InputError(name, "expected a PyTorch profiler trace: a JSON object with a traceEvents array")
+    doc, events, threads = parsed
     info = doc.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
     rank, rank_from = _rank_of(path, info)
@@ -113,8 +120,6 @@ def read_rank(path: Path) -> RankTrace:
     pg_config = _pg_config(name, info.get("pg_config"))
     base = doc.get("baseTimeNanoseconds")
     host = doc.get("host_name")
-    events, threads = _events(name, doc["traceEvents"])
-    doc.clear()
     return RankTrace(name, rank, rank_from, world, str(info.get("backend") or ""), pg_config,
                      base if _is_int(base) else None, events, threads, size,
                      host if isinstance(host, str) and host else None)
@@ -169,10 +174,96 @@ def _pg_config(name: str, config) -> list[dict] | None:
     return groups
 
 
-def _events(name: str, raw: list) -> tuple[list[Event], dict[tuple, str]]:
+# Where traceEvents' array starts, and where one event may end and the next begin.
+EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
+ARRAY_END = re.compile(rb"\}\s*\]")
+BATCH_BYTES = 1 << 20
+
+
+def _in_batches(data: bytes, name: str):
+    """(document without its events, events, threads), parsing traceEvents about 1 MB at a time so
+    a big trace is never held as Python objects whole; None when the text does not split cleanly
+    (the caller parses it whole). A candidate cut inside a string fails to parse and the next
+    candidate is tried: a JSON value has no shorter valid prefix."""
+    start = EVENTS_START.search(data)
+    if start is None:
+        return None
+    first = start.end()
+    while first < len(data) and data[first] in b" \t\r\n":
+        first += 1
+    if data[first:first + 1] == b"]":  # no events at all
+        return _head(data, start.start(), first), [], {}
+
+    array_end = None
+
+    def batches():
+        nonlocal array_end
+        begin = first
+        while begin is not None:
+            batch, begin, array_end = _batch(data, begin)
+            if batch is None:
+                raise _NotSplittable
+            yield batch
+
+    try:
+        events, threads = _events(name, batches())
+    except _NotSplittable:
+        return None
+    head = _head(data, start.start(), array_end)
+    if head is None:
+        return None
+    return head, events, threads
+
+
+class _NotSplittable(Exception):
+    pass
+
+
+def _batch(data: bytes, begin: int) -> tuple[list | None, int | None, int | None]:
+    """The events from `begin` (a '{') up to a cut about BATCH_BYTES on; where the next batch
+    begins, or after the last event None and the index just past the array's `]`."""
+    if len(data) - begin > 2 * BATCH_BYTES:
+        for cut in BETWEEN_EVENTS.finditer(data, begin + BATCH_BYTES):
+            try:
+                return orjson.loads(b"[" + data[begin:cut.start() + 1] + b"]"), cut.end() - 1, None
+            except orjson.JSONDecodeError:
+                continue
+    for end in ARRAY_END.finditer(data, begin):
+        try:
+            return orjson.loads(b"[" + data[begin:end.start() + 1] + b"]"), None, end.end()
+        except orjson.JSONDecodeError:
+            continue
+    return None, None, None
+
+
+def _head(data: bytes, key_start: int, array_end: int | None) -> dict | None:
+    """The document with an empty traceEvents: the text before it and after its array."""
+    if array_end is None:
+        return None
+    try:
+        doc = orjson.loads(data[:key_start] + b'"traceEvents": []' + data[array_end:])
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _events(name: str, batches) -> tuple[list[Event], dict[tuple, str]]:
+    """The kept events of `batches` (lists of raw events, in order), and the thread names."""
     events: list[Event] = []
     threads: dict[tuple, str] = {}
-    for index, e in enumerate(raw):
+    index = -1
+    names: dict[str, str] = {}  # one string per distinct name: a big trace repeats a few thousand
+    for raw in batches:
+        index = _keep(name, raw, index, events, threads, names)
+    events.sort(key=lambda ev: (ev.ts_ns, -ev.dur_ns, ev.index))
+    return events, threads
+
+
+def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, names: dict) -> int:
+    """Append the events of one batch the builder uses; returns the index of the last one seen."""
+    for e in raw:
+        index += 1
         if not isinstance(e, dict):
             raise InputError(f"{name}: event {index}", "expected an object")
         ph = e.get("ph")
@@ -185,12 +276,15 @@ def _events(name: str, raw: list) -> tuple[list[Event], dict[tuple, str]]:
         ts, dur = e.get("ts"), e.get("dur", 0)
         if not _is_number(ts) or not _is_number(dur) or dur < 0:
             raise InputError(f"{name}: event {index}", f"{e.get('name')!r}: ts and dur must be numbers (dur >= 0)")
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        kept = {k: v for k, v in args.items() if k in KEPT_ARGS}
-        events.append(Event(index, e["cat"], str(e.get("name", "")), e.get("pid"), e.get("tid"),
+        label = str(e.get("name", ""))
+        args = e.get("args") if isinstance(e.get("args"), dict) else NO_ARGS
+        if label.startswith(COMM_PREFIXES):
+            kept = {k: v for k, v in args.items() if k in KEPT_ARGS}
+        else:  # compute: only what links it (a kernel to its launch, a wait to its stream)
+            kept = {k: v for k, v in args.items() if k in LINK_ARGS} or NO_ARGS
+        events.append(Event(index, e["cat"], names.setdefault(label, label), e.get("pid"), e.get("tid"),
                             _ns(ts), _ns(dur), kept))
-    events.sort(key=lambda ev: (ev.ts_ns, -ev.dur_ns, ev.index))
-    return events, threads
+    return index
 
 
 def _is_number(value) -> bool:
@@ -200,41 +294,3 @@ def _is_number(value) -> bool:
 def _ns(us: float) -> int:
     """µs with ns decimals -> integer ns (rounded: the decimals are whole ns)."""
     return round(us * 1000)
-
-
-def _read_or_error(path: Path) -> RankTrace | tuple:
-    """`read_rank` for a worker process: an InputError comes back as (where, message)."""
-    try:
-        return read_rank(path)
-    except InputError as e:
-        return (e.where, e.message)
-
-
-PARALLEL_FROM_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
-
-
-def read_ranks(paths: list[Path], jobs: int | None = None) -> list[RankTrace]:
-    """Every file's rank, read in `jobs` worker processes (default: every core, once the files
-    hold 32 MB); two files of one rank are an error."""
-    if jobs is None:
-        total = sum(p.stat().st_size for p in paths if p.exists())
-        jobs = (os.cpu_count() or 1) if total >= PARALLEL_FROM_BYTES else 1
-    if jobs > 1 and len(paths) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
-            results = list(pool.map(_read_or_error, paths))
-        for result in results:
-            if isinstance(result, tuple):  # an InputError in a worker, raised here
-                raise InputError(*result)
-        traces = results
-    else:
-        traces = [read_rank(path) for path in paths]
-    seen: dict[int, RankTrace] = {}
-    for trace in traces:
-        other = seen.get(trace.rank)
-        if other is not None:
-            raise InputError(trace.file, f"rank {trace.rank} (from its {trace.rank_from}) is also in {other.file}; "
-                                         "give each rank's trace once")
-        seen[trace.rank] = trace
-    return sorted(traces, key=lambda t: t.rank)
