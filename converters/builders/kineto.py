@@ -25,6 +25,7 @@ send/recv pairing (the k-th transfer from a to b is tag k on both sides).
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 from bisect import bisect_left
@@ -63,6 +64,11 @@ DTYPE_BYTES = {
     "short int": 2, "int16": 2, "byte": 1, "unsigned char": 1, "uint8": 1, "char": 1, "signed char": 1,
     "int8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
     "complexfloat": 8, "c10::complex<float>": 8,
+}
+# c10d op names -> the name of gloo's annotation of the same work
+GLOO_WORK_NAMES = {
+    "allreduce": "all_reduce", "allgather": "all_gather", "_allgather_base": "all_gather",
+    "alltoall": "all_to_all", "alltoall_base": "all_to_all", "recvanysource": "recv",
 }
 GROUP_KINDS = {"tp": "tp", "dp": "dp", "pp": "pp", "ep": "ep", "default_pg": "world"}
 MAX_TAG = (1 << 31) - 1
@@ -341,6 +347,12 @@ def _rank_tuple(text) -> tuple[int, ...] | None:
         return tuple(int(r) for r in text)
     if not isinstance(text, str) or not text.startswith("["):
         return None
+    return _parsed_ranks(text)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _parsed_ranks(text: str) -> tuple[int, ...] | None:
+    """A "Process Group Ranks" string as ranks (each group's string repeats on every collective)."""
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -379,15 +391,14 @@ def _cpu_items(rt: RankTrace) -> tuple[list[Item], list]:
     """gloo (CPU) traces: the c10d ops, the work their groups' worker threads did, and the compute."""
     launches = [e for e in rt.events if e.cat == "cpu_op" and e.name.startswith("c10d::")]
     main_threads = {e.tid for e in launches} or {_busiest_thread(rt)}
-    work = [e for e in rt.events if e.cat == "user_annotation" and e.name.startswith("gloo:")]
-    claimed: set[int] = set()
+    work = _WorkQueue(e for e in rt.events if e.cat == "user_annotation" and e.name.startswith("gloo:"))
     items: list[Item] = []
     for launch in launches:
         op = launch.name.removeprefix("c10d::").rstrip("_").lower()
         if op in ("wait", "monitored_barrier"):
             continue
         kind, coll = _kind_of(op, launch.name)
-        done = _gloo_work(launch, op, work, claimed, kind)
+        done = work.claim(launch, op, kind)
         source = done or launch
         size, dtype = _size_from_inputs(source, rt, source)
         channel = ("thread", source.tid)
@@ -413,20 +424,33 @@ def _busiest_thread(rt: RankTrace):
     return max(counts, key=lambda t: (counts[t], str(t))) if counts else None
 
 
-def _gloo_work(launch: Event, op: str, work: list[Event], claimed: set[int], kind: NodeKind) -> Event | None:
-    """The gloo:<op> annotation that did this c10d op's work: the first unclaimed one of its kind
-    that starts after the op started (on the launching thread for sends and receives)."""
-    wanted = "gloo:" + {"allreduce": "all_reduce", "allgather": "all_gather", "_allgather_base": "all_gather",
-                        "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all", "alltoall_base": "all_to_all",
-                        "recv": "recv", "recvanysource": "recv"}.get(op, op)
-    for e in work:
-        if e.index in claimed or e.name != wanted or e.ts_ns < launch.ts_ns:
-            continue
-        if kind != NodeKind.COLLECTIVE and e.tid != launch.tid:
-            continue
-        claimed.add(e.index)
-        return e
-    return None
+class _WorkQueue:
+    """The gloo:<op> annotations by name, in time order, each claimed by one c10d op."""
+
+    def __init__(self, events):
+        self.by_name: dict[str, list[Event]] = defaultdict(list)
+        for e in events:
+            self.by_name[e.name].append(e)
+        self.claimed: set[int] = set()
+        self.first_open: dict[str, int] = defaultdict(int)
+
+    def claim(self, launch: Event, op: str, kind: NodeKind) -> Event | None:
+        """The annotation that did this c10d op's work: the first unclaimed one of its kind that
+        starts after the op started (on the launching thread for sends and receives)."""
+        wanted = "gloo:" + GLOO_WORK_NAMES.get(op, op)
+        queue = self.by_name.get(wanted, [])
+        i = self.first_open[wanted]
+        while i < len(queue) and queue[i].index in self.claimed:
+            i += 1
+        self.first_open[wanted] = i
+        for e in queue[i:]:
+            if e.index in self.claimed or e.ts_ns < launch.ts_ns:
+                continue
+            if kind != NodeKind.COLLECTIVE and e.tid != launch.tid:
+                continue
+            self.claimed.add(e.index)
+            return e
+        return None
 
 
 def _top_level_compute(rt: RankTrace, threads: set, launches: list[Event], work: list[Event]) -> list[Item]:
@@ -453,14 +477,11 @@ def _merged(items: list[Item], waits: list[tuple]) -> list[Item]:
     for stream, other, ts in waits:
         cuts[stream].append(ts)
         cuts[other].append(ts)
-    for stream in cuts:
-        cuts[stream].sort()
-    comm_starts = defaultdict(list)
     for it in items:
         if it.comm is not None:
-            comm_starts["cpu" if it.stream.startswith("gloo") else it.stream].append(it.start)
-    for key in comm_starts:
-        comm_starts[key].sort()
+            cuts["cpu" if it.stream.startswith("gloo") else it.stream].append(it.start)
+    for stream in cuts:
+        cuts[stream].sort()
     out: list[Item] = []
     open_by_stream: dict[str, Item] = {}
     for it in items:
@@ -468,7 +489,7 @@ def _merged(items: list[Item], waits: list[tuple]) -> list[Item]:
             out.append(it)
             continue
         prev = open_by_stream.get(it.stream)
-        if prev is not None and not _cut_between(prev.end, it.start, cuts[it.stream] + comm_starts[it.stream]):
+        if prev is not None and not _cut_between(prev.end, it.start, cuts[it.stream]):
             prev.names.append(it.name)
             prev.end = max(prev.end, it.end)
             prev.busy += it.busy
@@ -483,7 +504,9 @@ def _merged(items: list[Item], waits: list[tuple]) -> list[Item]:
 
 
 def _cut_between(low: int, high: int, cuts: list[int]) -> bool:
-    return any(low <= c <= high for c in cuts)
+    """True when a cut (sorted) lies in [low, high]."""
+    i = bisect_left(cuts, low)
+    return i < len(cuts) and cuts[i] <= high
 
 
 def _link(items: list[Item], waits: list[tuple]) -> list[Item]:

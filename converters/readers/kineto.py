@@ -264,33 +264,30 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
     """Append the events of one batch the builder uses; returns the index of the last one seen."""
     for e in raw:
         index += 1
-        if not isinstance(e, dict):
-            raise InputError(f"{name}: event {index}", "expected an object")
-        ph = e.get("ph")
-        if ph == "M":
-            if e.get("name") == "thread_name" and isinstance(e.get("args"), dict):
+        try:
+            ph, cat = e.get("ph"), e.get("cat")
+        except AttributeError:
+            raise InputError(f"{name}: event {index}", "expected an object") from None
+        if ph != "X" or cat not in KEPT_CATEGORIES:
+            if ph == "M" and e.get("name") == "thread_name" and isinstance(e.get("args"), dict):
                 threads.setdefault((e.get("pid"), e.get("tid")), str(e["args"].get("name", "")))
             continue
-        if ph != "X" or e.get("cat") not in KEPT_CATEGORIES:
-            continue
         ts, dur = e.get("ts"), e.get("dur", 0)
-        if not _is_number(ts) or not _is_number(dur) or dur < 0:
+        if not (_is_number(ts) and _is_number(dur)) or dur < 0:
             raise InputError(f"{name}: event {index}", f"{e.get('name')!r}: ts and dur must be numbers (dur >= 0)")
-        label = str(e.get("name", ""))
-        args = e.get("args") if isinstance(e.get("args"), dict) else NO_ARGS
-        if label.startswith(COMM_PREFIXES):
+        label = e.get("name", "")
+        label = names.get(label) or names.setdefault(str(label), str(label))
+        args = e.get("args")
+        if not isinstance(args, dict):
+            kept = NO_ARGS
+        elif label.startswith(COMM_PREFIXES):
             kept = {k: v for k, v in args.items() if k in KEPT_ARGS}
         else:  # compute: only what links it (a kernel to its launch, a wait to its stream)
-            kept = {k: v for k, v in args.items() if k in LINK_ARGS} or NO_ARGS
-        events.append(Event(index, e["cat"], names.setdefault(label, label), e.get("pid"), e.get("tid"),
-                            _ns(ts), _ns(dur), kept))
+            kept = {k: args[k] for k in LINK_ARGS.intersection(args)} or NO_ARGS
+        # µs with ns decimals -> integer ns (rounded: the decimals are whole ns)
+        events.append(Event(index, cat, label, e.get("pid"), e.get("tid"), round(ts * 1000), round(dur * 1000), kept))
     return index
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) < 1e15
-
-
-def _ns(us: float) -> int:
-    """µs with ns decimals -> integer ns (rounded: the decimals are whole ns)."""
-    return round(us * 1000)
+    return type(value) in (int, float) and -1e15 < value < 1e15  # µs; also false for NaN
