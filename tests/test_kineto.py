@@ -8,6 +8,7 @@ form) are written by `make_nccl_traces.py`, which the tests also call for varian
 from __future__ import annotations
 
 import gzip
+import os
 import json
 import sys
 from collections import Counter
@@ -339,3 +340,53 @@ def test_events_are_parsed_in_batches_with_cuts_inside_strings_retried(tmp_path,
     assert len(calls) > 10
     assert batched.events == whole.events and batched.pg_config == whole.pg_config
     assert any(e.name == 'gemm "}, {" kernel' for e in batched.events)
+
+
+# ---------------------------------------------------------------- robustness
+
+_ODD_VALUES = [None, "x", "[0, 1", -1, 0, 2**70, 1e300, float("nan"), [], {}, True, [[1, "a"]], "[]"]
+
+
+def _load_one(path: Path):
+    from converters.builders.kineto import load
+    from converters.options import Options
+
+    try:
+        return load([path], Options(), Diagnostics())
+    except InputError as e:
+        assert "\n" not in str(e)
+        return None
+
+
+def _gloo_rank0() -> dict:
+    return json.loads(gzip.decompress((GLOO / "rank-0.pt.trace.json.gz").read_bytes()))
+
+
+@pytest.mark.parametrize("source", ["nccl", "gloo"])
+def test_odd_values_anywhere_give_an_input_error_or_a_model(source, tmp_path_factory):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    base = json.loads((NCCL / "rank-0.json").read_text()) if source == "nccl" else _gloo_rank0()
+
+    @settings(max_examples=int(os.environ.get("KINETO_EXAMPLES", 60)), deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def run(data):
+        doc = json.loads(json.dumps(base))
+        for _ in range(data.draw(st.integers(1, 3))):
+            where = data.draw(st.sampled_from(["event", "args", "info"]))
+            value = data.draw(st.sampled_from(_ODD_VALUES))
+            if where == "info":
+                key = data.draw(st.sampled_from(["rank", "world_size", "pg_config", "backend"]))
+                doc["distributedInfo"][key] = value
+                continue
+            event = data.draw(st.sampled_from(doc["traceEvents"]))
+            if where == "event":
+                event[data.draw(st.sampled_from(["ts", "dur", "name", "cat", "pid", "tid", "args", "ph"]))] = value
+            elif isinstance(event.get("args"), dict) and event["args"]:
+                event["args"][data.draw(st.sampled_from(sorted(event["args"])))] = value
+        path = tmp_path_factory.mktemp("odd") / "rank-0.json"
+        path.write_text(json.dumps(doc, allow_nan=True))
+        _load_one(path)
+
+    run()

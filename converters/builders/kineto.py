@@ -71,7 +71,7 @@ GLOO_WORK_NAMES = {
     "alltoall": "all_to_all", "alltoall_base": "all_to_all", "recvanysource": "recv",
 }
 GROUP_KINDS = {"tp": "tp", "dp": "dp", "pp": "pp", "ep": "ep", "default_pg": "world"}
-MAX_TAG = (1 << 31) - 1
+MAX_BYTES = (1 << 63) - 1  # Chakra's comm_size is an int64
 STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
 # Ranks whose aligned ends of one collective instance differ by more than this disagree.
 ALIGNMENT_TOLERANCE_NS = 1_000_000
@@ -324,7 +324,7 @@ def _comm_from_meta(meta: dict, channel: tuple, rt: RankTrace, event: Event) -> 
     width = _width(dtype, rt, event)
     elems_in, elems_out = _int(meta.get("In msg nelems")), _int(meta.get("Out msg nelems"))
     elems = elems_out if kind == NodeKind.RECV and elems_out else elems_in or elems_out
-    comm = Comm(kind, coll, op, max(1, elems * width), dtype, channel)
+    comm = Comm(kind, coll, op, _bytes(elems, width, rt, event), dtype, channel)
     if meta.get("Process Group Name") is not None:
         comm.pg_name = str(meta["Process Group Name"])
     comm.pg_desc = str(meta.get("Process Group Description") or "")
@@ -375,8 +375,18 @@ def _size_from_inputs(event: Event, rt: RankTrace, where: Event) -> tuple[int, s
         while isinstance(shape, list) and shape and isinstance(shape[0], list):  # a TensorList
             shape = shape[0]
         if isinstance(shape, list) and shape and dtype:
-            return max(1, prod(int(d) for d in shape) * _width(str(dtype), rt, where)), str(dtype)
+            if not all(type(d) is int and 0 <= d < 1 << 40 for d in shape):
+                raise InputError(rt.where(event), f"Input Dims {shape} are not sizes")
+            return _bytes(prod(shape), _width(str(dtype), rt, where), rt, event), str(dtype)
     return 1, ""
+
+
+def _bytes(elements: int, width: int, rt: RankTrace, event: Event) -> int:
+    """A message's bytes (at least 1), within what Chakra's int64 comm_size holds."""
+    size = max(1, elements * width)
+    if size > MAX_BYTES:
+        raise InputError(rt.where(event), f"a message of {size} bytes is more than a Chakra size holds")
+    return size
 
 
 def _comm_name(comm: Comm) -> str:

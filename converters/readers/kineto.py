@@ -39,6 +39,18 @@ KEPT_ARGS = frozenset({
 LINK_ARGS = frozenset({"External id", "stream", "device", "wait_on_stream"})
 # Names of the events whose collective arguments are kept.
 COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ncclDevKernel", "ncclKernel")
+_TEXT, _INT, _LIST = (str,), (int,), (list,)
+ARG_TYPES = {
+    "Collective name": _TEXT, "dtype": _TEXT, "Process Group Description": _TEXT,
+    "In msg nelems": _INT, "Out msg nelems": _INT, "Group size": _INT, "Global rank start": _INT,
+    "Global rank stride": _INT, "Seq": _INT, "Src Rank": _INT, "Dst Rank": _INT, "Rank": _INT,
+    "stream": _INT, "device": _INT, "wait_on_stream": _INT,
+    "In split size": (str, list), "Out split size": (str, list), "Process Group Name": (str, int),
+    "Process Group Ranks": (str, list), "External id": (int, str),
+    "Input Dims": _LIST, "Input type": _LIST, "Concrete Inputs": _LIST,
+}
+ARG_TYPE_WORDS = {str: "a string", int: "an integer", list: "a list"}
+ID_TYPES = (int, str)
 NO_ARGS: dict = {}  # shared by every event that keeps no argument (never written to)
 FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 SNIFF_KEYS = (b'"traceEvents"',)
@@ -268,25 +280,38 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
             ph, cat = e.get("ph"), e.get("cat")
         except AttributeError:
             raise InputError(f"{name}: event {index}", "expected an object") from None
-        if ph != "X" or cat not in KEPT_CATEGORIES:
+        if ph != "X" or type(cat) is not str or cat not in KEPT_CATEGORIES:
             if ph == "M" and e.get("name") == "thread_name" and isinstance(e.get("args"), dict):
-                threads.setdefault((e.get("pid"), e.get("tid")), str(e["args"].get("name", "")))
+                key = (e.get("pid"), e.get("tid"))
+                if type(key[0]) in ID_TYPES and type(key[1]) in ID_TYPES:
+                    threads.setdefault(key, str(e["args"].get("name", "")))
             continue
         ts, dur = e.get("ts"), e.get("dur", 0)
         if not (_is_number(ts) and _is_number(dur)) or dur < 0:
             raise InputError(f"{name}: event {index}", f"{e.get('name')!r}: ts and dur must be numbers (dur >= 0)")
-        label = e.get("name", "")
-        label = names.get(label) or names.setdefault(str(label), str(label))
+        label, pid, tid = e.get("name", ""), e.get("pid"), e.get("tid")
+        if type(label) is not str or type(pid) not in ID_TYPES or type(tid) not in ID_TYPES:
+            raise InputError(f"{name}: event {index}", "name must be a string, pid and tid integers or strings")
+        label = names.setdefault(label, label)
         args = e.get("args")
         if not isinstance(args, dict):
             kept = NO_ARGS
         elif label.startswith(COMM_PREFIXES):
-            kept = {k: v for k, v in args.items() if k in KEPT_ARGS}
+            kept = _checked({k: v for k, v in args.items() if k in KEPT_ARGS}, name, index)
         else:  # compute: only what links it (a kernel to its launch, a wait to its stream)
-            kept = {k: args[k] for k in LINK_ARGS.intersection(args)} or NO_ARGS
+            kept = _checked({k: args[k] for k in LINK_ARGS.intersection(args)}, name, index) or NO_ARGS
         # µs with ns decimals -> integer ns (rounded: the decimals are whole ns)
-        events.append(Event(index, cat, label, e.get("pid"), e.get("tid"), round(ts * 1000), round(dur * 1000), kept))
+        events.append(Event(index, cat, label, pid, tid, round(ts * 1000), round(dur * 1000), kept))
     return index
+
+
+def _checked(args: dict, name: str, index: int) -> dict:
+    """`args` when every kept argument has the JSON type the builder reads, else an InputError."""
+    for key, value in args.items():
+        if type(value) not in ARG_TYPES[key] or (type(value) is int and not -(1 << 62) < value < 1 << 62):
+            expected = " or ".join(ARG_TYPE_WORDS[t] for t in ARG_TYPES[key])
+            raise InputError(f"{name}: event {index}", f"arg {key!r} is {value!r}; expected {expected}")
+    return args
 
 
 def _is_number(value) -> bool:
