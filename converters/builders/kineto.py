@@ -104,13 +104,19 @@ class Item:
     stream: str
     start: int
     end: int
-    where: str
+    event: int  # its index in the file's traceEvents
     comm: Comm | None = None
     host_ts: int = 0  # when the host issued it (steps are host-side annotations)
-    names: list[str] = field(default_factory=list)  # merged compute
+    names: list[str] | None = None  # merged compute
     busy: int = 0
-    waits: list = field(default_factory=list)  # items it waits for (indices into the rank's items once linked)
+    waits: list | None = None  # items it waits for (indices into the rank's items once linked)
     node: Node | None = None
+
+    def wait_for(self, other) -> None:
+        if self.waits is None:
+            self.waits = [other]
+        elif other not in self.waits:
+            self.waits.append(other)
 
 
 @dataclass
@@ -263,23 +269,28 @@ def _in_step(items: list[Item], steps, step: int, rt: RankTrace) -> list[Item]:
 def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[tuple]]:
     by_external: dict[object, list[Event]] = defaultdict(list)
     for e in rt.events:
-        if e.cat in ("cpu_op", "user_annotation") and "External id" in e.args:
-            by_external[e.args["External id"]].append(e)
+        if e.cat in ("cpu_op", "user_annotation") and e.external is not None:
+            by_external[e.external].append(e)
     items, waits = [], []
     for e in rt.events:
         if e.cat == "cuda_sync" and "wait_on_stream" in e.args:
-            waits.append((f"stream {e.tid}", f"stream {e.args['wait_on_stream']}", e.ts_ns))
+            waits.append((_stream(e.tid), _stream(e.args["wait_on_stream"]), e.ts_ns))
             continue
         if e.cat not in GPU_CATEGORIES:
             continue
-        host = by_external.get(e.args.get("External id"), [])
-        item = Item(e.name, f"stream {e.tid}", e.ts_ns, e.end_ns, rt.where(e),
+        host = by_external.get(e.external, [])
+        item = Item(e.name, _stream(e.tid), e.ts_ns, e.end_ns, e.index,
                     host_ts=host[0].ts_ns if host else e.ts_ns, busy=e.dur_ns)
         if e.cat == "kernel" and "nccl" in e.name.lower():
             item.comm = _nccl_comm(e, host, rt, notes)
             item.name = _comm_name(item.comm)
         items.append(item)
     return items, waits
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _stream(tid) -> str:
+    return f"stream {tid}"
 
 
 def _nccl_comm(kernel: Event, host: list[Event], rt: RankTrace, notes: list[str]) -> Comm:
@@ -419,7 +430,7 @@ def _cpu_items(rt: RankTrace) -> tuple[list[Item], list]:
             comm.user_tag = _int(inputs[3], None) if len(inputs) > 3 else None
         stream = "cpu" if source.tid in main_threads else f"gloo thread {source.tid}"
         start = min(launch.ts_ns, source.ts_ns)
-        items.append(Item(_comm_name(comm), stream, start, max(source.end_ns, launch.end_ns), rt.where(launch),
+        items.append(Item(_comm_name(comm), stream, start, max(source.end_ns, launch.end_ns), launch.index,
                           comm, host_ts=launch.ts_ns))
     items.extend(_top_level_compute(rt, main_threads, launches, work))
     items.sort(key=lambda it: (it.start, it.end))
@@ -476,7 +487,7 @@ def _top_level_compute(rt: RankTrace, threads: set, launches: list[Event], work:
             open_until = e.end_ns
             if e.name.startswith("c10d::"):
                 continue
-            items.append(Item(e.name, "cpu", e.ts_ns, e.end_ns, rt.where(e), host_ts=e.ts_ns, busy=e.dur_ns))
+            items.append(Item(e.name, "cpu", e.ts_ns, e.end_ns, e.index, host_ts=e.ts_ns, busy=e.dur_ns))
     return items
 
 
@@ -508,7 +519,7 @@ def _merged(items: list[Item], waits: list[tuple]) -> list[Item]:
         open_by_stream[it.stream] = it
         out.append(it)
     for it in out:
-        if len(it.names) > 1:
+        if it.names and len(it.names) > 1:
             it.name = f"{it.names[0]} +{len(it.names) - 1}"
     return out
 
@@ -527,7 +538,7 @@ def _link(items: list[Item], waits: list[tuple]) -> list[Item]:
         by_stream[it.stream].append(it)
     for stream, its in by_stream.items():
         for before, after in zip(its, its[1:]):
-            after.waits.append(before)
+            after.wait_for(before)
     starts = {stream: [i.start for i in its] for stream, its in by_stream.items()}
     for stream, other, ts in waits:
         if stream not in by_stream or other not in by_stream:
@@ -535,9 +546,7 @@ def _link(items: list[Item], waits: list[tuple]) -> list[Item]:
         k = bisect_left(starts[stream], ts)
         j = bisect_left(starts[other], ts) - 1
         if k < len(by_stream[stream]) and j >= 0:
-            waiter, awaited = by_stream[stream][k], by_stream[other][j]
-            if awaited not in waiter.waits:
-                waiter.waits.append(awaited)
+            by_stream[stream][k].wait_for(by_stream[other][j])
     main = by_stream.get("cpu", [])
     main_starts = [i.start for i in main]
     for it in items:
@@ -545,14 +554,15 @@ def _link(items: list[Item], waits: list[tuple]) -> list[Item]:
             continue
         j = bisect_left(main_starts, it.host_ts) - 1
         if j >= 0:
-            it.waits.append(main[j])
+            it.wait_for(main[j])
         k = bisect_left(main_starts, it.end)
         if k < len(main):
-            main[k].waits.append(it)
+            main[k].wait_for(it)
     ordered = sorted(items, key=lambda i: (i.start, i.end, i.stream))
     position = {id(it): index for index, it in enumerate(ordered)}
     for it in ordered:
-        it.waits = [position[id(w)] for w in it.waits]
+        if it.waits:
+            it.waits = [position[id(w)] for w in it.waits]
     return ordered
 
 
@@ -601,7 +611,7 @@ class _Groups:
                 if comm.pg_name is not None:
                     members = comm.pg_ranks or self.configs.get(comm.pg_name, {}).get("ranks")
                     if members is None:
-                        raise InputError(it.where, f"process group {comm.pg_name!r} is not in any pg_config and its "
+                        raise InputError(f"{ri.file}: event {it.event}", f"process group {comm.pg_name!r} is not in any pg_config and its "
                                                    "ranks are not written")
                     comm.group = self._group(comm.pg_name, comm.pg_desc, tuple(sorted(members)))
                     continue
@@ -782,7 +792,7 @@ def _pair_transfers(per_rank: dict[int, RankItems], trace: ExecutionTrace, diagn
             if comm is None or comm.kind == NodeKind.COLLECTIVE:
                 continue
             if comm.peer is None:
-                unknown.append(it)
+                unknown.append((ri.file, it))
                 continue
             src, dst = (r, comm.peer) if comm.kind == NodeKind.SEND else (comm.peer, r)
             key = (src, dst, "s" if comm.kind == NodeKind.SEND else "r")
@@ -792,9 +802,9 @@ def _pair_transfers(per_rank: dict[int, RankItems], trace: ExecutionTrace, diagn
         first = unknown[0]
         trace.assume("sends and receives whose peer the trace does not write are kept as compute "
                      "(older PyTorch writes no Src/Dst Rank)")
-        diagnostics.warn("kineto-p2p-peer", f"{first.where}: {{count}} send/recv kernel(s) name no peer rank "
+        diagnostics.warn("kineto-p2p-peer", f"{first[0]}: event {first[1].event}: {{count}} send/recv kernel(s) name no peer rank "
                          "(older PyTorch); kept as compute, not paired", count=len(unknown))
-        for it in unknown:
+        for _, it in unknown:
             it.comm = None
             it.name = f"{it.name} (peer unknown)"
 
@@ -804,9 +814,9 @@ def _rank_nodes(ri: RankItems, shift: int, groups: _Groups) -> Rank:
     ordered = ri.items  # in time order (`_link`)
     for index, it in enumerate(ordered):
         node = Node(id=index, name=it.name, kind=NodeKind.COMPUTE, duration_ns=max(0, it.end - it.start),
-                    start_ns=it.start - shift, stream=it.stream, source=it.where)
+                    start_ns=it.start - shift, stream=it.stream, source=f"{ri.file}: event {it.event}")
         it.node = node
-        if len(it.names) > 1:
+        if it.names and len(it.names) > 1:
             node.args["merged"] = len(it.names)
             node.args["merged_names"] = ", ".join(_first_names(it.names))
             node.args["busy_ns"] = it.busy
@@ -830,7 +840,7 @@ def _rank_nodes(ri: RankItems, shift: int, groups: _Groups) -> Rank:
                     node.args["user_tag"] = comm.user_tag
         rank.nodes.append(node)
     for it in ordered:
-        waited = (ri.items[w].node for w in it.waits)
+        waited = (ri.items[w].node for w in it.waits or ())
         it.node.deps = sorted({n.id for n in waited if n is not None and n.id < it.node.id})
     return rank
 

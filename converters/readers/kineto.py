@@ -36,7 +36,7 @@ KEPT_ARGS = frozenset({
     "Global rank start", "Global rank stride", "Seq", "Src Rank", "Dst Rank", "Rank",
     "Input Dims", "Input type", "Concrete Inputs", "External id", "stream", "device", "wait_on_stream",
 })
-LINK_ARGS = frozenset({"External id", "stream", "device", "wait_on_stream"})
+LINK_ARGS = frozenset({"wait_on_stream"})
 # Names of the events whose collective arguments are kept.
 COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ncclDevKernel", "ncclKernel")
 _TEXT, _INT, _LIST = (str,), (int,), (list,)
@@ -68,7 +68,8 @@ class Event:
     tid: int | str
     ts_ns: int
     dur_ns: int
-    args: dict
+    args: dict  # the collective arguments (empty for compute)
+    external: int | str | None = None  # "External id": links a kernel to the CPU op that launched it
 
     @property
     def end_ns(self) -> int:
@@ -265,7 +266,7 @@ def _events(name: str, batches) -> tuple[list[Event], dict[tuple, str]]:
     events: list[Event] = []
     threads: dict[tuple, str] = {}
     index = -1
-    names: dict[str, str] = {}  # one string per distinct name: a big trace repeats a few thousand
+    names: dict = {}
     for raw in batches:
         index = _keep(name, raw, index, events, threads, names)
     events.sort(key=lambda ev: (ev.ts_ns, -ev.dur_ns, ev.index))
@@ -292,17 +293,26 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
         label, pid, tid = e.get("name", ""), e.get("pid"), e.get("tid")
         if type(label) is not str or type(pid) not in ID_TYPES or type(tid) not in ID_TYPES:
             raise InputError(f"{name}: event {index}", "name must be a string, pid and tid integers or strings")
-        label = names.setdefault(label, label)
+        # one object per distinct name and id: a big trace repeats a few thousand
+        label, pid, tid = names.setdefault(label, label), names.setdefault(pid, pid), names.setdefault(tid, tid)
         args = e.get("args")
         if not isinstance(args, dict):
             kept = NO_ARGS
         elif label.startswith(COMM_PREFIXES):
-            kept = _checked({k: v for k, v in args.items() if k in KEPT_ARGS}, name, index)
-        else:  # compute: only what links it (a kernel to its launch, a wait to its stream)
+            kept = _checked({k: _shared(v, names) for k, v in args.items() if k in KEPT_ARGS}, name, index)
+        else:  # compute: only what links it (a wait to its stream; the External id is a field)
             kept = _checked({k: args[k] for k in LINK_ARGS.intersection(args)}, name, index) or NO_ARGS
+        external = args.get("External id") if isinstance(args, dict) else None
+        if type(external) not in ID_TYPES:
+            external = None
         # µs with ns decimals -> integer ns (rounded: the decimals are whole ns)
-        events.append(Event(index, cat, label, pid, tid, round(ts * 1000), round(dur * 1000), kept))
+        events.append(Event(index, cat, label, pid, tid, round(ts * 1000), round(dur * 1000), kept, external))
     return index
+
+
+def _shared(value, names: dict):
+    """One object per distinct text or number (a collective's args repeat on every call)."""
+    return names.setdefault(value, value) if type(value) in ID_TYPES else value
 
 
 def _checked(args: dict, name: str, index: int) -> dict:
