@@ -1,6 +1,6 @@
 """PyTorch profiler traces: throughput (MB of trace per second) and peak memory per rank.
 
-    python benchmarks/bench_kineto.py [MB_PER_RANK] [RANKS]       # default 100 MB x 4 ranks
+    python benchmarks/bench_kineto.py [MB_PER_RANK] [RANKS]       # default 100 MB x 2 ranks
 
 Writes a set of big traces (the NCCL fixture's steps repeated, times shifted, ids renumbered;
 Kineto's one-event-per-line layout) into benchmarks/work/kineto, then times with fresh
@@ -84,7 +84,7 @@ def timed(command: list[str]) -> tuple[float, int]:
 
 def main(argv: list[str]) -> int:
     mb = int(argv[0]) if argv else 100
-    ranks = int(argv[1]) if len(argv) > 1 else 4
+    ranks = int(argv[1]) if len(argv) > 1 else 2
     paths = write_big_set(mb, ranks)
     size = paths[0].stat().st_size
     total = sum(p.stat().st_size for p in paths)
