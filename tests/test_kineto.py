@@ -233,6 +233,7 @@ def test_chrome_output_is_clean_with_flows_for_every_instance_and_transfer(fixtu
     assert {"bytes", "group", "members", "dtype"} <= set(coll["args"])
     assert "sequence" in coll["args"] or fixture != NCCL  # only the newer form writes Seq
     assert doc["metadata"]["source.format"] == "kineto"
+    assert "offsets_ns" in doc["metadata"]["details"]["clock_alignment"]
 
 
 @pytest.mark.parametrize("fixture", [GLOO, NCCL, NCCL_OLD], ids=lambda p: p.name)
