@@ -391,3 +391,22 @@ def test_odd_values_anywhere_give_an_input_error_or_a_model(source, tmp_path_fac
         _load_one(path)
 
     run()
+
+
+def test_numbers_written_as_text_are_read_and_words_are_refused(tmp_path):
+    """PyTorch writes a p2p peer and the sequence number with std::to_string."""
+    data = json.loads((NCCL / "rank-0.json").read_text())
+    for event in data["traceEvents"]:
+        args = event.get("args", {})
+        if "Dst Rank" in args:
+            args["Dst Rank"], args["Seq"] = str(args["Dst Rank"]), str(args["Seq"])
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps(data))
+    sends = [n for n in etc.read(path).ranks[0].nodes if n.kind == NodeKind.SEND]
+    assert [n.peer for n in sends] == [2, 2]
+    first = next(i for i, e in enumerate(data["traceEvents"]) if "Dst Rank" in e.get("args", {}))
+    data["traceEvents"][first]["args"]["Dst Rank"] = "two"
+    path.write_text(json.dumps(data))
+    result = run_cli(path, "-o", tmp_path / "x.json")
+    assert (result.code, result.stderr) == (2, f"et-convert: error: {path}: event {first}: arg 'Dst Rank' is 'two'; "
+                                                "expected an integer\n")

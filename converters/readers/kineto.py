@@ -40,15 +40,18 @@ LINK_ARGS = frozenset({"wait_on_stream"})
 # Names of the events whose collective arguments are kept.
 COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ncclDevKernel", "ncclKernel")
 _TEXT, _INT, _LIST = (str,), (int,), (list,)
+# PyTorch writes some numbers as text (`std::to_string` of a peer's rank, the sequence number)
+_NUMBER = (int, str)
 ARG_TYPES = {
     "Collective name": _TEXT, "dtype": _TEXT, "Process Group Description": _TEXT,
-    "In msg nelems": _INT, "Out msg nelems": _INT, "Group size": _INT, "Global rank start": _INT,
-    "Global rank stride": _INT, "Seq": _INT, "Src Rank": _INT, "Dst Rank": _INT, "Rank": _INT,
+    "In msg nelems": _NUMBER, "Out msg nelems": _NUMBER, "Group size": _NUMBER, "Global rank start": _NUMBER,
+    "Global rank stride": _NUMBER, "Seq": _NUMBER, "Src Rank": _NUMBER, "Dst Rank": _NUMBER, "Rank": _NUMBER,
     "stream": _INT, "device": _INT, "wait_on_stream": _INT,
     "In split size": (str, list), "Out split size": (str, list), "Process Group Name": (str, int),
     "Process Group Ranks": (str, list), "External id": (int, str),
     "Input Dims": _LIST, "Input type": _LIST, "Concrete Inputs": _LIST,
 }
+INTEGER = re.compile(r"-?\d{1,18}")
 ARG_TYPE_WORDS = {str: "a string", int: "an integer", list: "a list"}
 ID_TYPES = (int, str)
 NO_ARGS: dict = {}  # shared by every event that keeps no argument (never written to)
@@ -318,8 +321,12 @@ def _shared(value, names: dict):
 def _checked(args: dict, name: str, index: int) -> dict:
     """`args` when every kept argument has the JSON type the builder reads, else an InputError."""
     for key, value in args.items():
-        if type(value) not in ARG_TYPES[key] or (type(value) is int and not -(1 << 62) < value < 1 << 62):
-            expected = " or ".join(ARG_TYPE_WORDS[t] for t in ARG_TYPES[key])
+        types = ARG_TYPES[key]
+        if types is _NUMBER and type(value) is str and INTEGER.fullmatch(value):
+            value = args[key] = int(value)
+        if type(value) not in types or (type(value) is int and not -(1 << 62) < value < 1 << 62) or (
+                types is _NUMBER and type(value) is str):
+            expected = "an integer" if types is _NUMBER else " or ".join(ARG_TYPE_WORDS[t] for t in types)
             raise InputError(f"{name}: event {index}", f"arg {key!r} is {value!r}; expected {expected}")
     return args
 
