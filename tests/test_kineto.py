@@ -410,3 +410,13 @@ def test_numbers_written_as_text_are_read_and_words_are_refused(tmp_path):
     result = run_cli(path, "-o", tmp_path / "x.json")
     assert (result.code, result.stderr) == (2, f"et-convert: error: {path}: event {first}: arg 'Dst Rank' is 'two'; "
                                                 "expected an integer\n")
+
+
+def test_a_trace_without_events_and_a_bare_key_are_handled(tmp_path):
+    from converters.readers.kineto import read_rank
+
+    empty = _bad(tmp_path, "rank-0.json", b'{"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [ ]}')
+    assert read_rank(empty).events == []
+    bare = _bad(tmp_path, "rank-1.json", b'"traceEvents":[]')
+    with pytest.raises(InputError, match=r"rank-1.json:1:14: not valid JSON \(unexpected content after document\)"):
+        read_rank(bare)

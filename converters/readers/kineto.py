@@ -209,7 +209,8 @@ def _in_batches(data: bytes, name: str):
     while first < len(data) and data[first] in b" \t\r\n":
         first += 1
     if data[first:first + 1] == b"]":  # no events at all
-        return _head(data, start.start(), first), [], {}
+        head = _head(data, start.start(), first + 1)
+        return None if head is None else (head, [], {})
 
     array_end = None
 
