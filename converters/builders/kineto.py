@@ -38,7 +38,7 @@ from pathlib import Path
 from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
 from ..options import Options
-from ..readers.kineto import Event, RankTrace, read_rank
+from ..readers.kineto import MAX_RANKS, Event, RankTrace, read_rank
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 COLLECTIVE_NAMES = {
@@ -354,8 +354,9 @@ def _int(value, default=0):
 
 
 def _rank_tuple(text) -> tuple[int, ...] | None:
+    """The ranks of "Process Group Ranks" (a list, or its text); None when unreadable (then pg_config says)."""
     if isinstance(text, list):
-        return tuple(int(r) for r in text)
+        return _ranks_or_none(text)
     if not isinstance(text, str) or not text.startswith("["):
         return None
     return _parsed_ranks(text)
@@ -366,9 +367,15 @@ def _parsed_ranks(text: str) -> tuple[int, ...] | None:
     """A "Process Group Ranks" string as ranks (each group's string repeats on every collective)."""
     try:
         value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None  # Kineto shortens long rank lists ("[0, 1, ...]")
-    return tuple(int(r) for r in value) if isinstance(value, (list, tuple)) else None
+    return _ranks_or_none(value) if isinstance(value, (list, tuple)) else None
+
+
+def _ranks_or_none(values) -> tuple[int, ...] | None:
+    if values and all(type(r) is int and 0 <= r < MAX_RANKS for r in values):
+        return tuple(values)
+    return None
 
 
 def _width(dtype: str, rt: RankTrace, event: Event) -> int:

@@ -55,6 +55,7 @@ INTEGER = re.compile(r"-?\d{1,18}")
 ARG_TYPE_WORDS = {str: "a string", int: "an integer", list: "a list"}
 ID_TYPES = (int, str)
 NO_ARGS: dict = {}  # shared by every event that keeps no argument (never written to)
+MAX_RANKS = 1 << 20
 FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 SNIFF_KEYS = (b'"traceEvents"',)
 SNIFF_KINETO = (b'"distributedInfo"', b'"baseTimeNanoseconds"', b'"deviceProperties"', b'"schemaVersion"')
@@ -129,8 +130,8 @@ def read_rank(path: Path) -> RankTrace:
     info = info if isinstance(info, dict) else {}
     rank, rank_from = _rank_of(path, info)
     world = info.get("world_size")
-    if world is not None and (not _is_int(world) or world < 1):
-        raise InputError(name, f"distributedInfo.world_size must be a positive integer, found {world!r}")
+    if world is not None and (not _is_int(world) or not 1 <= world <= MAX_RANKS):
+        raise InputError(name, f"distributedInfo.world_size must be an integer from 1 to {MAX_RANKS}, found {world!r}")
     if world is not None and rank >= world:
         raise InputError(name, f"rank {rank} is not below distributedInfo.world_size {world}")
     pg_config = _pg_config(name, info.get("pg_config"))
@@ -165,14 +166,18 @@ def _is_int(value) -> bool:
 def _rank_of(path: Path, info: dict) -> tuple[int, str]:
     rank = info.get("rank")
     if rank is not None:
-        if not _is_int(rank) or rank < 0:
-            raise InputError(str(path), f"distributedInfo.rank must be an integer >= 0, found {rank!r}")
+        if not _is_int(rank) or not 0 <= rank < MAX_RANKS:
+            raise InputError(str(path), f"distributedInfo.rank must be an integer from 0 to {MAX_RANKS - 1}, "
+                                        f"found {rank!r}")
         return rank, "distributedInfo"
     match = FILE_RANK.search(path.name)
     if match is None:
         raise InputError(str(path), "no distributedInfo.rank and no rank in the file name (e.g. rank-3.json); "
                                     "cannot tell which rank this trace is")
-    return int(match.group(1)), "file name"
+    rank = int(match.group(1))
+    if rank >= MAX_RANKS:
+        raise InputError(str(path), f"rank {rank} in the file name is beyond the {MAX_RANKS} ranks et-convert handles")
+    return rank, "file name"
 
 
 def _pg_config(name: str, config) -> list[dict] | None:
@@ -183,7 +188,7 @@ def _pg_config(name: str, config) -> list[dict] | None:
     groups = []
     for i, entry in enumerate(config):
         ranks = entry.get("ranks") if isinstance(entry, dict) else None
-        if not isinstance(ranks, list) or not ranks or not all(_is_int(r) and r >= 0 for r in ranks):
+        if not isinstance(ranks, list) or not ranks or not all(_is_int(r) and 0 <= r < MAX_RANKS for r in ranks):
             raise InputError(name, f"distributedInfo.pg_config[{i}]: expected pg_name and a list of ranks")
         groups.append({"pg_name": str(entry.get("pg_name", i)), "pg_desc": str(entry.get("pg_desc") or ""),
                        "ranks": sorted(set(ranks))})
