@@ -98,7 +98,8 @@ def main(argv: list[str]) -> int:
            "Options; from pathlib import Path; p = read_part(Path(sys.argv[1]), Options()); print(len(p.items))",
            str(paths[0])]
     seconds, rss = timed(one)
-    print(f"one rank's file -> its items: {seconds:.2f} s, {size / 1e6 / seconds:.1f} MB/s, peak RSS {rss / 1e6:.0f} MB "
+    print(f"one rank's file -> its items: {seconds:.2f} s, {size / 1e6 / seconds:.1f} MB/s, "
+          f"peak RSS {rss / 1e6:.0f} MB "
           f"({rss / size:.2f}x the file)")
     for jobs in ("1", "2"):
         for what, args in (("chakra", ["--to", "chakra", "-o", str(WORK / "out" / "w")]),

@@ -322,7 +322,8 @@ def test_a_sampled_subset_of_a_large_job_validates(tmp_path):
     make_nccl_traces.write_set(tmp_path, "new", world=128, ranks=[0, 64])
     result = run_cli("validate", tmp_path)
     assert result.code == 0, result.stdout
-    assert "I024 partial rank set · the input holds ranks 0,64 of 128; cross-rank checks cover only these" in result.stdout
+    assert ("I024 partial rank set · the input holds ranks 0,64 of 128; cross-rank checks cover only these"
+            in result.stdout)
 
 
 def test_events_are_parsed_in_batches_with_cuts_inside_strings_retried(tmp_path, monkeypatch):
@@ -370,7 +371,9 @@ def test_odd_values_anywhere_give_an_input_error_or_a_model(source, tmp_path_fac
 
     base = json.loads((NCCL / "rank-0.json").read_text()) if source == "nccl" else _gloo_rank0()
 
-    @settings(max_examples=int(os.environ.get("KINETO_EXAMPLES", 60)), deadline=None, suppress_health_check=list(HealthCheck))
+    examples = int(os.environ.get("KINETO_EXAMPLES", 60))
+
+    @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.data())
     def run(data):
         doc = json.loads(json.dumps(base))
@@ -420,3 +423,19 @@ def test_a_trace_without_events_and_a_bare_key_are_handled(tmp_path):
     bare = _bad(tmp_path, "rank-1.json", b'"traceEvents":[]')
     with pytest.raises(InputError, match=r"rank-1.json:1:14: not valid JSON \(unexpected content after document\)"):
         read_rank(bare)
+
+
+def test_a_job_with_tp_groups_only_keeps_its_layout(tmp_path):
+    """No DP group written: dp is the rest of the world (world / tp)."""
+    make_nccl_traces.write_set(tmp_path, "new")
+    for r in range(4):
+        path = tmp_path / f"rank-{r}.json"
+        data = json.loads(path.read_text())
+        info = data["distributedInfo"]
+        info["pg_config"] = [g for g in info["pg_config"] if g["pg_desc"] != "dp"]
+        data["traceEvents"] = [e for e in data["traceEvents"]
+                               if e.get("args", {}).get("Process Group Description") != "dp"]
+        path.write_text(json.dumps(data))
+    trace = etc.read(tmp_path)
+    assert (trace.parallel.tp, trace.parallel.dp) == (2, 2)
+    assert sorted(g.kind for g in trace.groups.values()) == ["tp", "tp", "world"]

@@ -618,8 +618,8 @@ class _Groups:
                 if comm.pg_name is not None:
                     members = comm.pg_ranks or self.configs.get(comm.pg_name, {}).get("ranks")
                     if members is None:
-                        raise InputError(f"{ri.file}: event {it.event}", f"process group {comm.pg_name!r} is not in any pg_config and its "
-                                                   "ranks are not written")
+                        raise InputError(f"{ri.file}: event {it.event}", f"process group {comm.pg_name!r} is not in "
+                                         "any pg_config and its ranks are not written")
                     comm.group = self._group(comm.pg_name, comm.pg_desc, tuple(sorted(members)))
                     continue
                 unresolved[r][comm.channel].append(it)
@@ -676,8 +676,8 @@ class _Groups:
             sizes[g.kind].add(len(g.members))
         tp = _only(sizes.get("tp"))
         pp = _only(sizes.get("pp"))
-        dp = _only(sizes.get("dp")) or (self.world // (tp * pp) if self.world % (tp * pp) == 0 else None)
-        if dp is None or tp * dp * pp != self.world:
+        dp = _only(sizes["dp"]) if "dp" in sizes else self.world // (tp * pp)  # the rest, when no group says
+        if tp * dp * pp != self.world:
             for g in self.trace.groups.values():  # kinds that do not multiply to the world are only names
                 if g.kind in ("tp", "dp", "pp", "ep"):
                     g.kind = ""
@@ -756,7 +756,8 @@ def _align_clocks(per_rank: dict[int, RankItems], hosts: dict[int, str], trace: 
     one_host = len(by_host) == 1
     trace.metadata["clock_alignment"] = {
         "method": "one host: one clock" if one_host else
-                  "the first collective of each group ends at the same time on every member; ranks of one host share a clock",
+                  "the first collective of each group ends at the same time on every member; "
+                  "ranks of one host share a clock",
         "groups_used": used,
         "offsets_ns": {str(r): offsets[r] for r in ranks},
         "max_disagreement_ns": spread,
@@ -809,7 +810,8 @@ def _pair_transfers(per_rank: dict[int, RankItems], trace: ExecutionTrace, diagn
         first = unknown[0]
         trace.assume("sends and receives whose peer the trace does not write are kept as compute "
                      "(older PyTorch writes no Src/Dst Rank)")
-        diagnostics.warn("kineto-p2p-peer", f"{first[0]}: event {first[1].event}: {{count}} send/recv kernel(s) name no peer rank "
+        diagnostics.warn("kineto-p2p-peer", f"{first[0]}: event {first[1].event}: {{count}} send/recv kernel(s) "
+                         "name no peer rank "
                          "(older PyTorch); kept as compute, not paired", count=len(unknown))
         for _, it in unknown:
             it.comm = None
@@ -837,7 +839,8 @@ def _rank_nodes(ri: RankItems, shift: int, groups: _Groups) -> Rank:
                 node.group = comm.group.id
                 if comm.coll == CollType.BARRIER:  # ASTRA-sim cannot simulate a barrier; NCCL and gloo reduce
                     node.coll = CollType.ALL_REDUCE
-                    groups.trace.assume("barriers are written as all-reduces of their message (how NCCL and gloo run them)")
+                    groups.trace.assume("barriers are written as all-reduces of their message "
+                                        "(how NCCL and gloo run them)")
                 if comm.seq is not None:
                     node.args["sequence"] = comm.seq
             else:
