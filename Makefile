@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[cluster]'  # benchmark 7 compares 1 and 2 Dask workers
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/bench_scheduler.py
+	$(BIN)/python benchmarks/bench_kineto.py
 
 ## proto: regenerate converters/_proto/et_def_pb2.py from schemas/et_def.proto
 # grpcio-tools 1.74.0 bundles the protoc of protobuf 6.31.1, the version mlc-chakra 1.0.0 was built with.
@@ -54,7 +55,7 @@ clean:
 
 ## fuzz: every reader under atheris for FUZZ_SECONDS each (default 600)
 FUZZ_SECONDS ?= 600
-FUZZ_FORMATS := simai astra-text neusight megatron-log optimus-log chakra et-json
+FUZZ_FORMATS := simai astra-text neusight megatron-log optimus-log chakra et-json kineto
 fuzz: $(STAMP)
 	$(BIN)/pip install --quiet 'atheris>=2.3'
 	@for f in $(FUZZ_FORMATS); do \

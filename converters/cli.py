@@ -82,7 +82,9 @@ BytesPerElement = Annotated[int, typer.Option(help="NeuSight: bytes per element 
 NumLayers = Annotated[Optional[int], typer.Option(help="NeuSight: replicate the block this many times.")]
 Mode = Annotated[str, typer.Option(help="Workload tables: 'stage' (per-stage graphs) or 'simai'.")]
 Schedule = Annotated[str, typer.Option(help="Pipeline schedule: 1f1b or gpipe.")]
-Step = Annotated[Optional[int], typer.Option(help="OptimusPrime: the step to draw (default: median).")]
+Step = Annotated[Optional[int], typer.Option(
+    help="OptimusPrime: the step to draw (default: median); PyTorch profiler traces: the ProfilerStep#N to convert "
+    "(default: every step).")]
 BwdFactor = Annotated[float, typer.Option(help="OptimusPrime: backward time = factor x forward.")]
 P2pBytes = Annotated[Optional[int], typer.Option(help="Bytes sent between stages when the input has none.")]
 KeepBroadcast = Annotated[bool, typer.Option(
@@ -178,6 +180,8 @@ def convert_command(
     p2p_bytes: P2pBytes = None,
     keep_broadcast: KeepBroadcast = False,
     retime: Annotated[bool, typer.Option(help="Re-time scaling-mode logs with the scheduler.")] = False,
+    merge_compute: Annotated[bool, typer.Option(
+        help="PyTorch profiler traces: consecutive kernels (CPU ops) of one stream as one compute node.")] = True,
     ranks: Annotated[Optional[str], typer.Option(help="Ranks to draw: e.g. 0-15,1008 or all.")] = None,
     network: Network = None,
     net: NetSet = None,
@@ -197,6 +201,7 @@ def convert_command(
         step=step, bwd_factor=bwd_factor, p2p_bytes=p2p_bytes, keep_broadcast=keep_broadcast, retime=retime, ranks=ranks,
         network=network, network_overrides=_net_overrides(net), jobs=jobs, force=force, strict=strict, verbose=verbose,
         cluster=cluster,
+        merge_compute=merge_compute,
     )
 
     def action(diagnostics: Diagnostics) -> int:

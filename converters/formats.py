@@ -42,6 +42,7 @@ INPUT_FORMATS = [
     InputFormat("optimus-log", "converters.readers.optimus_log:sniff", "converters.builders.optimus:load"),
     InputFormat("chakra", "converters.readers.chakra:sniff", "converters.readers.chakra:load"),
     InputFormat("et-json", "converters.readers.et_json:sniff", "converters.readers.et_json:load"),
+    InputFormat("kineto", "converters.readers.kineto:sniff", "converters.builders.kineto:load"),
 ]
 
 OUTPUT_FORMATS = [

@@ -30,6 +30,7 @@ class Options:
     p2p_bytes: int | None = None  # activation bytes between stages when the input has none
     keep_broadcast: bool = False  # workload tables: BROADCAST becomes a Chakra BROADCAST, not no collective
     retime: bool = False  # Megatron scaling-mode logs: re-time with the scheduler
+    merge_compute: bool = True  # PyTorch profiler traces: consecutive kernels of a stream as one node
     # output
     ranks: str | None = None  # Chrome: which ranks to draw, e.g. "0-15,1008" or "all"
     network: Path | None = None  # network cost model (TOML)

@@ -36,6 +36,9 @@ def jobs(out: Path) -> list[list[str]]:
         [str(s / "megatron_rank2_moe_scaling.log"), "-o", str(out / "megatron_rank2_moe_scaling.json")],
         [str(s / "optimusprime_llama1b_pp8.log"), "-o", str(out / "optimusprime_llama1b_pp8.json")],
         [str(s / "optimusprime_llama1b_pp8.log"), "--to", "chakra", "-o", str(out / "optimus" / "workload")],
+        [str(s / "pytorch_gloo_4rank"), "-o", str(out / "pytorch_gloo_4rank.json")],
+        [str(s / "pytorch_gloo_4rank"), "--to", "chakra", "-o", str(out / "pytorch_gloo" / "workload")],
+        ["validate", str(s / "pytorch_gloo_4rank")],
     ]
     for log_set, layout in MEGATRON_SETS.items():  # multi-rank runs with TP 1 or DP 1
         jobs.append([str(s / log_set), *layout, "-o", str(out / f"{log_set}.json")])

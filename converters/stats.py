@@ -3,7 +3,8 @@
 Text: the iteration time, a per-rank table (ranks with the same numbers share one row),
 traffic per group kind and the critical path's top contributors. `--json`: one object with
 `iteration_time_ns`, `timing`, `ranks` {"<rank>": {finish_ns, compute_ns, exposed_comm_ns,
-idle_ns}}, `comm`, `critical_path`, when scheduled `network`, and when modelled from a log
+idle_ns}}, `comm`, `critical_path`, when scheduled `network`, when measured `groups` (per group:
+collective instances, bytes, summed span) and `slowest_collectives` (span, last rank, wait), and when modelled from a log
 that also measured the iteration `measured` {ns, what, source, gap_ns}: the model's iteration
 is only as good as that gap says, so the two are printed side by side.
 """
@@ -54,7 +55,59 @@ def stats_of(trace, timeline) -> dict[str, Any]:
     reference = measured_reference(trace, timeline)
     if reference is not None:
         out["measured"] = reference
+    if timeline.kind == "measured" and not trace.metadata.get("scaling_mode"):
+        out["groups"] = traffic_by_group(trace, timeline)
+        out["slowest_collectives"] = slowest_collectives(trace, timeline)
     return out
+
+
+def _collective_instances(trace, timeline) -> dict[tuple[int, int], list[tuple[int, int, int, Any]]]:
+    """(group id, k) -> [(rank, start, end, node)] for the k-th collective of each group on each member."""
+    from .model import NodeKind
+
+    instances: dict[tuple[int, int], list] = {}
+    for rank in trace.sorted_ranks():
+        st, en = timeline.starts[rank.rank], timeline.ends[rank.rank]
+        seen: dict[int, int] = {}
+        for i, node in enumerate(rank.nodes):
+            if node.kind != NodeKind.COLLECTIVE:
+                continue
+            gid = rank.group_of(node)
+            k = seen.get(gid, 0)
+            seen[gid] = k + 1
+            instances.setdefault((gid, k), []).append((rank.rank, st[i], en[i], node))
+    return instances
+
+
+def traffic_by_group(trace, timeline) -> dict[str, dict[str, int]]:
+    """Per group (label): collective instances, bytes per member and the instances' total span."""
+    out: dict[str, dict[str, int]] = {}
+    for (gid, _), members in sorted(_collective_instances(trace, timeline).items(), key=lambda kv: (kv[0][0] or 0, kv[0][1])):
+        label = trace.groups[gid].label if gid in trace.groups else "world"
+        row = out.setdefault(label, {"instances": 0, "bytes": 0, "span_ns": 0})
+        row["instances"] += 1
+        row["bytes"] += members[0][3].size
+        row["span_ns"] += max(m[2] for m in members) - min(m[1] for m in members)
+    return out
+
+
+def slowest_collectives(trace, timeline, limit: int = 5) -> list[dict[str, Any]]:
+    """The collective instances whose members spent longest from the first start to the last end,
+    with the rank that started last (the one everyone waited for) and how long the first waited."""
+    rows = []
+    for (gid, k), members in _collective_instances(trace, timeline).items():
+        if len(members) < 2:
+            continue
+        first = min(members, key=lambda m: (m[1], m[0]))
+        last = max(members, key=lambda m: (m[1], -m[0]))
+        span = max(m[2] for m in members) - first[1]
+        rows.append({
+            "group": trace.groups[gid].label if gid in trace.groups else "world", "seq": k,
+            "name": last[3].name, "bytes": last[3].size, "span_ns": span,
+            "last_rank": last[0], "wait_ns": last[1] - first[1], "source": last[3].source or "",
+        })
+    rows.sort(key=lambda r: (-r["span_ns"], r["group"], r["seq"]))
+    return rows[:limit]
 
 
 def measured_reference(trace, timeline) -> dict[str, Any] | None:
@@ -121,6 +174,15 @@ def render(stats: dict[str, Any]) -> str:
         lines += ["", f"{'traffic by group':<24}{'ops':>14}{'bytes':>14}{'busy (all ranks)':>18}"]
         for kind, row in stats["comm"].items():
             lines.append(f"{kind:<24}{row['ops']:>14}{_bytes(row['bytes']):>14}{format_ms(row['busy_ns']):>18}")
+    if stats.get("groups"):
+        lines += ["", f"{'traffic by group':<24}{'collectives':>14}{'bytes':>14}{'span (sum)':>18}"]
+        for label, row in stats["groups"].items():
+            lines.append(f"{label:<24}{row['instances']:>14}{_bytes(row['bytes']):>14}{format_ms(row['span_ns']):>18}")
+    if stats.get("slowest_collectives"):
+        lines += ["", "slowest collectives (first start to last end; the rank that started last, and how long the first waited)"]
+        for row in stats["slowest_collectives"]:
+            lines.append(f"  {format_ms(row['span_ns']):>12}  {row['group']} seq {row['seq']} {row['name']} "
+                         f"{_bytes(row['bytes'])}: last rank {row['last_rank']}, waited {format_ms(row['wait_ns'])}")
     path = stats.get("critical_path") or {}
     if path.get("top"):
         by_cat = ", ".join(f"{k} {format_ms(v)}" for k, v in path.get("by_category", {}).items())

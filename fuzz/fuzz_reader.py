@@ -29,6 +29,7 @@ SEEDS = {
     "optimus-log": ["optimusprime_llama1b_pp8.log"],
     "chakra": ["chakra_data", "chakra_model"],
     "et-json": [],
+    "kineto": ["pytorch_gloo_4rank"],
 }
 OPTIONS = {"astra-text": Options(num_npus=8), "simai": Options()}
 

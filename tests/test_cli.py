@@ -48,7 +48,7 @@ def test_unknown_content_names_formats_tried_and_asks_for_from(tmp_path):
     assert result.code == 2
     assert result.stderr.strip() == (
         f"et-convert: error: cannot tell the format of {notes}; tried simai, astra-text, neusight, "
-        "megatron-log, optimus-log, chakra, et-json; use --from"
+        "megatron-log, optimus-log, chakra, et-json, kineto; use --from"
     )
     assert not (tmp_path / "out.json").exists()
 

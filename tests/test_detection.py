@@ -94,7 +94,7 @@ def test_text_that_only_resembles_a_header_is_not_claimed(tmp_path):
         result = converted(path)
         assert (result.code, result.stderr) == (2, (
             f"et-convert: error: cannot tell the format of {path}; tried simai, astra-text, neusight, megatron-log, "
-            "optimus-log, chakra, et-json; use --from\n")), text
+            "optimus-log, chakra, et-json, kineto; use --from\n")), text
 
 
 # ------------------------------------------------------------------------------------ Chakra files and sets

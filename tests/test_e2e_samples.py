@@ -27,6 +27,7 @@ TABLES_AND_LOGS = [
     "megatron_rank2_moe_scaling.log",
     "optimusprime_llama1b_pp8.log",
     *sorted(LOG_SETS),
+    "pytorch_gloo_4rank",  # a directory of PyTorch profiler traces, one per rank
 ]
 ONE_RANK_LOGS = {"megatron_rank4_pp_tp2.log": 4, "megatron_rank2_moe_scaling.log": 2}
 CHAKRA_SETS = sorted(p.name for p in SAMPLES.glob("chakra_*") if p.is_dir())

@@ -495,7 +495,7 @@ def test_unsure_detection_lists_what_it_tried(tmp_path):
     result = run_cli_here(path, "-o", tmp_path / "o.json")
     assert (result.code, result.stderr) == (2, (
         f"et-convert: error: cannot tell the format of {path}; tried simai, astra-text, neusight, megatron-log, "
-        "optimus-log, chakra, et-json; use --from\n"))
+        "optimus-log, chakra, et-json, kineto; use --from\n"))
 
 
 def test_text_given_to_the_chakra_reader_without_a_rank_in_its_name(tmp_path):

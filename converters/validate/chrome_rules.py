@@ -17,6 +17,15 @@ gzip. The rules come from how Perfetto's JSON importer behaves (FORMATS.md §6):
   the start begins no later than every other link (Perfetto binds flows in time order);
   v1 flow events (`s`/`f`) have one start and one end per (cat, name, id).
 - args: `args` is a flat object with no null values.
+
+A trace a profiler wrote (PyTorch's Kineto: `distributedInfo`, `deviceProperties`,
+`baseTimeNanoseconds`, `traceName` or `schemaVersion` at the top) is held only to what
+breaks its import, not to our writers' conventions: tid == pid is the main thread, pids and
+tids may be strings (Kineto's "Spans"), pid 0 is a GPU, metadata events carry tid 0, tracks
+may be unnamed and args nested (Perfetto flattens them). Perfetto imports its
+partly overlapping slices as recorded (gloo's `gloo:send` ends after the `c10d::send` that
+issued it). What still counts: strict JSON, times, flows, null args, and slices on tid 0 beside slices on tid == pid (Perfetto
+puts both on one track).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from typing import Any
 import orjson
 
 MAX_FLOW_ID = 2**53
+PROFILER_KEYS = ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "traceName", "schemaVersion")
 
 
 def check_chrome_bytes(data: bytes, max_per_rule: int | None = 20) -> list[str]:
@@ -48,7 +58,7 @@ def check_chrome_bytes(data: bytes, max_per_rule: int | None = 20) -> list[str]:
 
 def check_chrome_trace(obj: Any, max_per_rule: int | None = 20) -> list[str]:
     """Findings for a parsed Chrome trace; `max_per_rule` caps how many of each rule are listed."""
-    checker = _Checker(max_per_rule)
+    checker = _Checker(max_per_rule, profiler=is_profiler_trace(obj))
     # no cycles among parsed JSON: keep the cyclic GC from rescanning millions of events
     was_enabled = gc.isenabled()
     gc.disable()
@@ -58,6 +68,11 @@ def check_chrome_trace(obj: Any, max_per_rule: int | None = 20) -> list[str]:
         if was_enabled:
             gc.enable()
     return checker.report()
+
+
+def is_profiler_trace(obj: Any) -> bool:
+    """True for a trace a profiler wrote (Kineto's top-level keys), not one of our writers'."""
+    return isinstance(obj, dict) and any(key in obj for key in PROFILER_KEYS)
 
 
 def _describe(index: int, event: dict) -> str:
@@ -93,8 +108,11 @@ def _ns(us: float | int) -> int:
 
 
 class _Checker:
-    def __init__(self, max_per_rule: int | None):
+    def __init__(self, max_per_rule: int | None, profiler: bool = False):
         self.max_per_rule = max_per_rule
+        self.profiler = profiler
+        self.main_thread_slices: set = set()  # profiler traces: pids with slices on tid == pid
+        self.tid0_slices: dict = {}  # ... and the first slice on tid 0 of each pid
         self.found: dict[str, list[str]] = defaultdict(list)
         self.counts: dict[str, int] = defaultdict(int)
 
@@ -151,17 +169,26 @@ class _Checker:
                 used_threads.add((pid, tid))
             elif ph in ("s", "t", "f"):
                 flows_v1[(event.get("cat"), event.get("name"), event.get("id"))].append((ph, index))
+        for pid in sorted(self.main_thread_slices & set(self.tid0_slices), key=repr):
+            self.add("tid", f"{_describe(self.tid0_slices[pid], events[self.tid0_slices[pid]])}: slices on tid 0 and on "
+                            "tid == pid share one track in Perfetto")
         for pid, tid in sorted(used_threads, key=repr):
+            if self.profiler:
+                break  # a profiler's unnamed tracks are shown by number
             if pid not in named_processes:
                 self.add("names", f"pid {pid} has slices but no process_name")
             if (pid, tid) not in named_threads:
                 self.add("names", f"thread (pid {pid}, tid {tid}) has slices but no thread_name")
         for key, spans in slices.items():
-            self.check_nesting(key, spans, events)
+            if not self.profiler:  # Perfetto imports a profiler's overlaps as recorded (e.g. gloo:send past c10d::send)
+                self.check_nesting(key, spans, events)
         self.check_flows_v2(flows_v2)
         self.check_flows_v1(flows_v1)
 
     def check_ids(self, index: int, event: dict) -> None:
+        if self.profiler:
+            self.check_profiler_ids(index, event)
+            return
         if "pid" in event:
             pid = event["pid"]
             if not _is_int(pid) or pid < 1:
@@ -172,6 +199,18 @@ class _Checker:
                 self.add("tid", f"{_describe(index, event)}: tid must be a non-zero integer (tid 0 becomes the pid)")
             elif tid == pid:
                 self.add("tid", f"{_describe(index, event)}: tid equals pid (the process's main thread)")
+
+    def check_profiler_ids(self, index: int, event: dict) -> None:
+        """A profiler's ids: integers >= 0 or strings; slices on tid 0 and on tid == pid merge."""
+        pid, tid = event.get("pid"), event.get("tid")
+        for what, value in (("pid", pid), ("tid", tid)):
+            if value is not None and not (isinstance(value, str) or (_is_int(value) and value >= 0)):
+                self.add(what, f"{_describe(index, event)}: {what} must be an integer >= 0 or a string")
+        if event.get("ph") in ("X", "B", "E") and _is_int(pid):
+            if tid == pid:
+                self.main_thread_slices.add(pid)
+            elif tid == 0:
+                self.tid0_slices.setdefault(pid, index)
 
     def check_args(self, index: int, event: dict) -> None:
         if "args" not in event:
@@ -185,7 +224,7 @@ class _Checker:
                 self.add("json", f"{_describe(index, event)}: arg {key!r} is NaN or Infinity (Perfetto rejects the file)")
             elif value is None:
                 self.add("args", f"{_describe(index, event)}: arg {key!r} is null (Perfetto drops it)")
-            elif isinstance(value, (dict, list)):
+            elif isinstance(value, (dict, list)) and not self.profiler:
                 self.add("args", f"{_describe(index, event)}: arg {key!r} is nested; keep args flat")
 
     def check_metadata(self, index: int, event: dict, processes: set, threads: set) -> None:

@@ -41,7 +41,8 @@ def run(inputs, from_: str, options: Options, diagnostics: Diagnostics, fmt: str
 
     started = time.perf_counter()
     paths = expand_inputs(list(inputs))
-    if from_ in ("chrome",) or (from_ in (None, "auto") and all(_looks_like_chrome(p) for p in paths)):
+    if from_ in ("chrome",) or (from_ in (None, "auto") and all(_looks_like_chrome(p) for p in paths)
+                                and not _profiler_traces(paths)):
         report = chrome_report(paths)
     else:
         from ..api import read
@@ -57,6 +58,15 @@ def run(inputs, from_: str, options: Options, diagnostics: Diagnostics, fmt: str
     else:
         out.write(report.text(max_per_check))
     return 1 if report.errors else 0
+
+
+def _profiler_traces(paths: list[Path]) -> bool:
+    """PyTorch profiler traces are read into the model (collective checks); `--from chrome`
+    checks them against Perfetto's import rules instead."""
+    from ..formats import read_head
+    from ..readers.kineto import sniff
+
+    return all(sniff(read_head(p), p) for p in paths)
 
 
 def _looks_like_chrome(path: Path) -> bool:

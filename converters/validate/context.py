@@ -14,7 +14,7 @@ from ..ranks import parse_rank_list
 from .findings import Finding, format_ranks, group_ref, node_ref
 
 # Inputs that record some ranks of a real run: having only some of them is normal.
-LOG_FORMATS = ("megatron-log", "optimus-log")
+LOG_FORMATS = ("megatron-log", "optimus-log", "kineto")
 # Inputs a simulator runs as they are (a Chakra set, or its JSON dump).
 SIMULATOR_FORMATS = ("chakra", "et-json")
 

@@ -1,6 +1,6 @@
 """Measured times (logs): what the clock says must be physically possible.
 
-- On one rank, top-level ops do not overlap (sub-operations sit inside their step; the two
+- On one rank, top-level ops of one stream do not overlap (sub-operations sit inside their step; the two
   halves of a fused exchange share their time by design).
 - A receive does not end before its send starts. Hosts may have different clocks: for each
   pair of ranks, messages both ways bound the offset between their clocks; only when no
@@ -46,19 +46,21 @@ def _overlaps(ctx: Context, shared: SharedList) -> list[Finding]:
     nodes = _timed(shared.nodes)
     rank = shared.ranks[0]
     findings: list[Finding] = []
-    # Zero-length ops (a receive whose data was already there) cannot overlap anything.
+    # Zero-length ops (a receive whose data was already there) cannot overlap anything; nodes
+    # measured on different streams (a profiler's GPU streams and threads) run side by side.
     top = sorted((n for n in nodes if n.parent is None and n.duration_ns > 0), key=lambda n: (n.start_ns, n.duration_ns))
     first: tuple[Node, Node] | None = None
     count = 0
-    previous: Node | None = None
+    previous_on: dict[str, Node] = {}
     for node in top:
+        previous = previous_on.get(node.stream)
         if previous is not None:
             end = previous.start_ns + previous.duration_ns
             if node.start_ns < end - TOLERANCE_NS and not _fused_halves(previous, node):
                 count += 1
                 first = first or (previous, node)
         if previous is None or node.start_ns + node.duration_ns > previous.start_ns + previous.duration_ns:
-            previous = node
+            previous_on[node.stream] = node
     if first:
         a, b = first
         overlap = a.start_ns + a.duration_ns - b.start_ns

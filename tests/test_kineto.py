@@ -1,0 +1,441 @@
+"""PyTorch profiler (Kineto) traces: reading, groups, clocks, Chrome and Chakra output, validate, stats.
+
+Fixtures (tests/fixtures/): `kineto_gloo` are real traces of a 4-rank CPU job (torch 2.13,
+gloo; `make_torch_traces.py`); `kineto_nccl` (newer field form) and `kineto_nccl_old` (older
+form) are written by `make_nccl_traces.py`, which the tests also call for variants.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from chakra_ref import collective_sequence, p2p_keys, rank_files, read_groups, read_rank
+from conftest import ROOT, run_cli
+
+FIXTURES = ROOT / "tests" / "fixtures"
+GLOO, NCCL, NCCL_OLD = FIXTURES / "kineto_gloo", FIXTURES / "kineto_nccl", FIXTURES / "kineto_nccl_old"
+sys.path.insert(0, str(FIXTURES))
+import make_nccl_traces  # noqa: E402
+
+import converters as etc  # noqa: E402
+from converters.diagnostics import Diagnostics, InputError  # noqa: E402
+from converters.model import CollType, NodeKind  # noqa: E402
+
+SEND, RECV = 5, 6
+
+
+def members_of(trace, node_rank, node):
+    return trace.groups[node_rank.group_of(node)].members
+
+
+# ---------------------------------------------------------------- reading and building
+
+def test_format_is_detected_from_content_for_plain_and_gzip_traces():
+    from converters.formats import detect
+
+    assert detect(sorted(GLOO.iterdir())) == "kineto"  # .json.gz
+    assert detect(sorted(NCCL.iterdir())) == "kineto"  # .json
+
+
+def test_nccl_newer_form_groups_sizes_peers_and_dependencies():
+    trace = etc.read(NCCL)
+    assert trace.source.format == "kineto" and trace.timing == "measured"
+    assert sorted(trace.ranks) == [0, 1, 2, 3]
+    assert sorted((g.label, g.members) for g in trace.groups.values()) == [
+        ("default_pg#0", (0, 1, 2, 3)), ("dp#3", (0, 2)), ("dp#4", (1, 3)), ("tp#1", (0, 1)), ("tp#2", (2, 3))]
+    p = trace.parallel
+    assert (p.world, p.tp, p.dp, p.pp) == (4, 2, 2, 1)
+    rank0 = trace.ranks[0]
+    colls = [n for n in rank0.nodes if n.kind == NodeKind.COLLECTIVE]
+    assert [(n.coll, n.size, members_of(trace, rank0, n)) for n in colls[:5]] == [
+        (CollType.ALL_REDUCE, 2 * (1 << 20), (0, 1)),     # 1 Mi bf16 elements in the TP pair
+        (CollType.ALL_GATHER, 2 * (1 << 18), (0, 1)),     # the per-rank input, as ASTRA-sim reads it
+        (CollType.ALL_REDUCE, 2 * (1 << 22), (0, 2)),     # the DP group
+        (CollType.ALL_REDUCE, 4 * 1024, (0, 1, 2, 3)),    # the world, float
+        (CollType.ALL_REDUCE, 2 * (1 << 20), (0, 1)),     # step 1
+    ]
+    sends = [n for n in rank0.nodes if n.kind == NodeKind.SEND]
+    assert [(n.peer, n.tag, n.size) for n in sends] == [(2, 0, 131072), (2, 1, 131072)]
+    recvs = [n for n in trace.ranks[2].nodes if n.kind == NodeKind.RECV]
+    assert [(n.peer, n.tag) for n in recvs] == [(0, 0), (0, 1)]
+    # stream order and the cuda_sync waits: the TP all-reduce waits for the GEMM before it
+    by_id = {n.id: n for n in rank0.nodes}
+    first_ar = colls[0]
+    assert [by_id[d].stream for d in first_ar.deps] == ["stream 7"]
+    # clocks: each rank's host is 1.5 s later in the fixture; the first world all-reduce ends together
+    assert trace.metadata["clock_alignment"]["offsets_ns"] == {"0": 0, "1": 1_500_000_000, "2": 3_000_000_000,
+                                                               "3": 4_500_000_000}
+    assert trace.metadata["clock_alignment"]["max_disagreement_ns"] == 0
+
+
+def test_merge_compute_joins_consecutive_kernels_of_a_stream_and_names_them():
+    merged = etc.read(NCCL)
+    single = etc.read(NCCL, merge_compute=False)
+    count = lambda t: sum(1 for n in t.ranks[0].nodes if n.kind == NodeKind.COMPUTE)  # noqa: E731
+    assert count(single) == 6  # three GEMMs per step
+    assert count(merged) == 6  # each GEMM is followed by a point another stream waits at
+    gloo_merged, gloo_single = etc.read(GLOO), etc.read(GLOO, merge_compute=False)
+    assert count(gloo_merged) < count(gloo_single)
+    merged_nodes = [n for n in gloo_merged.ranks[0].nodes if n.args.get("merged")]
+    assert merged_nodes and all("aten::" in n.args["merged_names"] for n in merged_nodes)
+
+
+def test_real_gloo_traces_resolve_every_collective_to_its_group():
+    diagnostics = Diagnostics()
+    trace = etc.read(GLOO, diagnostics=diagnostics)
+    assert trace.metadata["backend"] == "gloo"
+    for r in range(4):
+        rank = trace.ranks[r]
+        seq = [(n.coll, n.size, members_of(trace, rank, n)) for n in rank.nodes if n.kind == NodeKind.COLLECTIVE]
+        tp = (0, 1) if r < 2 else (2, 3)
+        dp = (r % 2, r % 2 + 2)
+        step = [(CollType.ALL_REDUCE, 64 * 64 * 4, tp), (CollType.ALL_GATHER, 256 * 4, tp),
+                (CollType.ALL_REDUCE, 1024 * 4, dp), (CollType.ALL_REDUCE, 8 * 4, (0, 1, 2, 3))]
+        assert seq == step + step, f"rank {r}"
+    sends = [(n.peer, n.tag, n.args["user_tag"]) for n in trace.ranks[1].nodes if n.kind == NodeKind.SEND]
+    assert sends == [(3, 0, 0), (3, 1, 1)]
+    assert any("worker thread" in a for a in trace.assumptions)
+    # one host: one clock, nothing shifted
+    assert trace.metadata["clock_alignment"]["method"] == "one host: one clock"
+    assert set(trace.metadata["clock_alignment"]["offsets_ns"].values()) == {0}
+
+
+def test_step_option_keeps_one_profiler_step():
+    whole = etc.read(GLOO)
+    one = etc.read(GLOO, step=1)
+    colls = lambda t: sum(1 for n in t.ranks[0].nodes if n.kind == NodeKind.COLLECTIVE)  # noqa: E731
+    assert (colls(whole), colls(one)) == (8, 4)
+    with pytest.raises(InputError, match=r"no ProfilerStep#5 in this trace \(steps: 0, 1\)"):
+        etc.read(GLOO, step=5)
+
+
+def test_older_nccl_form_takes_sizes_from_annotations_and_says_peers_are_unknown():
+    diagnostics = Diagnostics()
+    trace = etc.read(NCCL_OLD, diagnostics=diagnostics)
+    rank0 = trace.ranks[0]
+    colls = [(n.coll, n.size) for n in rank0.nodes if n.kind == NodeKind.COLLECTIVE]
+    assert colls[:3] == [(CollType.ALL_REDUCE, 4 << 20), (CollType.ALL_GATHER, 2 << 18), (CollType.ALL_REDUCE, 4096)]
+    assert not any(n.kind in (NodeKind.SEND, NodeKind.RECV) for n in rank0.nodes)
+    assert any(n.name == "send to ? (peer unknown)" for n in rank0.nodes)
+    warned = [k.template for k in diagnostics.kinds.values()]
+    assert any("send/recv kernel(s) name no peer rank" in w for w in warned)
+
+
+def test_older_form_with_several_groups_and_no_pg_config_is_an_error_naming_the_candidates(tmp_path):
+    make_nccl_traces.write_set(tmp_path, "old", groups_job=True)
+    result = run_cli(tmp_path, "-o", tmp_path / "x.json")
+    assert result.code == 2
+    assert result.stderr.startswith(f"et-convert: error: {tmp_path}/rank-0.pt.trace.json.gz: cannot tell which "
+                                    "process group rank 0's collectives on stream ")
+    assert "candidates default_pg#0 [0, 1, 2, 3], unknown groups (no pg_config) []" in result.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_rank_from_the_file_name_is_an_assumption(tmp_path):
+    for r in range(2):
+        data = json.loads((NCCL / f"rank-{r}.json").read_text())
+        del data["distributedInfo"]["rank"]
+        (tmp_path / f"trace_rank{r}.json").write_text(json.dumps(data))
+    trace = etc.read(tmp_path)
+    assert sorted(trace.ranks) == [0, 1]
+    assert "rank of trace_rank0.json read from its file name (no distributedInfo.rank)" in trace.assumptions
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_jobs_give_byte_identical_outputs(tmp_path, jobs):
+    out = tmp_path / f"j{jobs}.json"
+    assert run_cli(NCCL, "--jobs", jobs, "-o", out, "-q").code == 0
+    reference = tmp_path / "ref.json"
+    assert run_cli(NCCL, "-o", reference, "-q").code == 0
+    assert out.read_bytes() == reference.read_bytes()
+
+
+# ---------------------------------------------------------------- bad files
+
+def _bad(tmp_path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def test_truncated_gzip_is_one_line_at_its_byte(tmp_path):
+    whole = (GLOO / "rank-0.pt.trace.json.gz").read_bytes()
+    path = _bad(tmp_path, "rank-0.pt.trace.json.gz", whole[:2000])
+    result = run_cli("--from", "kineto", path, "-o", tmp_path / "x.json")
+    assert (result.code, result.stderr) == (2, f"et-convert: error: {path}: byte 2000: gzip data cut off (the file "
+                                                "is truncated)\n")
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_json_that_is_not_a_trace_is_one_line(tmp_path):
+    path = _bad(tmp_path, "rank-0.json", b'{"distributedInfo": {"rank": 0}, "events": []}')
+    result = run_cli("--from", "kineto", path, "-o", tmp_path / "x.json")
+    assert (result.code, result.stderr) == (2, f"et-convert: error: {path}: expected a PyTorch profiler trace: a "
+                                                "JSON object with a traceEvents array\n")
+
+
+def test_broken_json_is_reported_at_line_and_column(tmp_path):
+    path = _bad(tmp_path, "rank-0.json", b'{"traceEvents": [\n  {"ph": "X",,}\n]}')
+    result = run_cli("--from", "kineto", path, "-o", tmp_path / "x.json")
+    assert result.code == 2
+    assert result.stderr.startswith(f"et-convert: error: {path}:2:")
+    assert "not valid JSON" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_one_rank_twice_is_an_error_naming_both_files(tmp_path):
+    (tmp_path / "a.json").write_bytes((NCCL / "rank-1.json").read_bytes())
+    (tmp_path / "b.json").write_bytes((NCCL / "rank-1.json").read_bytes())
+    result = run_cli(tmp_path, "-o", tmp_path / "x.json")
+    assert (result.code, result.stderr) == (2, f"et-convert: error: {tmp_path}/b.json: rank 1 (from its "
+                                                f"distributedInfo) is also in {tmp_path}/a.json; give each rank's "
+                                                "trace once\n")
+
+
+def test_bad_event_times_name_the_event(tmp_path):
+    data = json.loads((NCCL / "rank-0.json").read_text())
+    data["traceEvents"][12]["dur"] = "long"
+    path = _bad(tmp_path, "rank-0.json", json.dumps(data).encode())
+    result = run_cli(path, "-o", tmp_path / "x.json")
+    assert result.code == 2
+    assert result.stderr.startswith(f"et-convert: error: {path}: event 12: ")
+    assert "ts and dur must be numbers" in result.stderr
+
+
+# ---------------------------------------------------------------- outputs
+
+@pytest.mark.parametrize("fixture", [GLOO, NCCL, NCCL_OLD], ids=lambda p: p.name)
+def test_chrome_output_is_clean_with_flows_for_every_instance_and_transfer(fixture, tmp_path):
+    from converters.validate.chrome_rules import check_chrome_trace
+
+    out = tmp_path / "t.json"
+    result = run_cli(fixture, "-o", out, "-q")
+    assert result.code == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert check_chrome_trace(doc) == []
+    trace = etc.read(fixture)
+    instances = Counter()
+    for rank in trace.ranks.values():
+        for n in rank.nodes:
+            if n.kind == NodeKind.COLLECTIVE:
+                instances[rank.group_of(n)] += 1
+    expected = sum(count // len(trace.groups[g].members) for g, count in instances.items())
+    expected += sum(1 for rank in trace.ranks.values() for n in rank.nodes if n.kind == NodeKind.SEND)
+    flows = {e["bind_id"] for e in doc["traceEvents"] if "bind_id" in e}
+    assert len(flows) == expected
+    coll = next(e for e in doc["traceEvents"] if e.get("ph") == "X" and "group" in e["args"])
+    assert {"bytes", "group", "members", "dtype"} <= set(coll["args"])
+    assert "sequence" in coll["args"] or fixture != NCCL  # only the newer form writes Seq
+    assert doc["metadata"]["source.format"] == "kineto"
+    assert "offsets_ns" in doc["metadata"]["details"]["clock_alignment"]
+
+
+@pytest.mark.parametrize("fixture", [GLOO, NCCL, NCCL_OLD], ids=lambda p: p.name)
+def test_chakra_output_validates_pairs_sends_and_keeps_the_process_groups(fixture, tmp_path):
+    prefix = tmp_path / "w"
+    result = run_cli(fixture, "--to", "chakra", "-o", prefix, "-q")
+    assert result.code == 0, result.stderr
+    files = rank_files(prefix)
+    assert sorted(files) == [0, 1, 2, 3]
+    groups = read_groups(prefix)
+    configs = {tuple(e["ranks"]) for p in fixture.iterdir() for e in _pg_config(p)}
+    assert not configs or {tuple(m) for m in groups.values()} == configs
+    ranks = {r: read_rank(path) for r, path in files.items()}
+    sends = Counter(k for rank in ranks.values() for k in p2p_keys(rank, SEND))
+    recvs = Counter(k for rank in ranks.values() for k in p2p_keys(rank, RECV))
+    assert sends == recvs
+    for pg, members in groups.items():
+        sequences = [collective_sequence(ranks[m], pg) for m in members]
+        assert all(s == sequences[0] for s in sequences), pg
+    check = run_cli("validate", prefix.parent)
+    assert check.code == 0, check.stdout
+
+
+def _pg_config(path: Path) -> list[dict]:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return json.loads(data).get("distributedInfo", {}).get("pg_config", [])
+
+
+def test_stats_give_per_group_traffic_and_the_last_rank_of_the_slowest_collectives():
+    result = run_cli("stats", NCCL, "--json")
+    assert result.code == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert stats["timing"] == "measured"
+    assert stats["groups"]["tp#1"] == {"instances": 4, "bytes": 2 * (2 << 20) + 2 * (2 << 18), "span_ns": 455_000}
+    slowest = stats["slowest_collectives"][0]
+    assert (slowest["group"], slowest["seq"], slowest["last_rank"], slowest["span_ns"], slowest["wait_ns"]) == (
+        "dp#3", 0, 2, 427_500, 27_500)
+    for row in stats["ranks"].values():
+        assert row["compute_ns"] > 0 and row["exposed_comm_ns"] > 0
+
+
+# ---------------------------------------------------------------- validate
+
+def test_validate_on_profiler_traces_is_clean_and_chrome_rules_do_not_cry_wolf():
+    for fixture in (GLOO, NCCL, NCCL_OLD):
+        result = run_cli("validate", fixture)
+        assert result.code == 0, result.stdout
+        assert "4 ranks" in result.stdout
+        as_chrome = run_cli("validate", "--from", "chrome", fixture)
+        assert as_chrome.code == 0, as_chrome.stdout
+        assert as_chrome.stdout.startswith("validate: 0 errors, 0 warnings")
+
+
+def test_chrome_rules_still_catch_what_breaks_a_profiler_trace_import():
+    from converters.validate.chrome_rules import check_chrome_trace
+
+    doc = {"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "pid": 7, "tid": 7, "ts": 0, "dur": 5, "name": "main"},
+        {"ph": "X", "pid": 7, "tid": 0, "ts": 10, "dur": 5, "name": "on tid 0"},
+        {"ph": "X", "pid": 7, "tid": 8, "ts": 20, "dur": -1, "name": "negative"},
+    ]}
+    found = check_chrome_trace(doc)
+    assert found == [
+        "dur: event 2 (pid 7, tid 8, 'negative'): negative dur -1",
+        "tid: event 1 (pid 7, tid 0, 'on tid 0'): slices on tid 0 and on tid == pid share one track in Perfetto",
+    ]
+
+
+def test_one_rank_missing_a_collective_is_exit_1_naming_that_rank(tmp_path):
+    make_nccl_traces.write_set(tmp_path, "new")
+    path = tmp_path / "rank-3.json"
+    data = json.loads(path.read_text())
+    # drop the DP all-reduce of the second step: its record_param_comms op and its kernel
+    doomed = [e for e in data["traceEvents"] if e.get("args", {}).get("Process Group Name") == "4"][-2:]
+    data["traceEvents"] = [e for e in data["traceEvents"] if e not in doomed]
+    path.write_text(json.dumps(data))
+    result = run_cli("validate", tmp_path)
+    assert result.code == 1
+    e040 = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith("E040")]
+    assert e040 and "dp#4" in e040[0] and "rank 3" in e040[0]
+
+
+def test_a_sampled_subset_of_a_large_job_validates(tmp_path):
+    make_nccl_traces.write_set(tmp_path, "new", world=128, ranks=[0, 64])
+    result = run_cli("validate", tmp_path)
+    assert result.code == 0, result.stdout
+    assert ("I024 partial rank set · the input holds ranks 0,64 of 128; cross-rank checks cover only these"
+            in result.stdout)
+
+
+def test_events_are_parsed_in_batches_with_cuts_inside_strings_retried(tmp_path, monkeypatch):
+    from converters.readers import kineto
+
+    data = json.loads((NCCL / "rank-0.json").read_text())
+    data["traceEvents"][12]["name"] = 'gemm "}, {" kernel'  # a cut candidate inside a string
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps(data))
+    whole = kineto.read_rank(path)
+    monkeypatch.setattr(kineto, "BATCH_BYTES", 64)  # a batch every few events
+    calls = []
+    original = kineto._batch
+    monkeypatch.setattr(kineto, "_batch", lambda *a: calls.append(1) or original(*a))
+    batched = kineto.read_rank(path)
+    assert len(calls) > 10
+    assert batched.events == whole.events and batched.pg_config == whole.pg_config
+    assert any(e.name == 'gemm "}, {" kernel' for e in batched.events)
+
+
+# ---------------------------------------------------------------- robustness
+
+_ODD_VALUES = [None, "x", "[0, 1", -1, 0, 2**70, 1e300, float("nan"), [], {}, True, [[1, "a"]], "[]"]
+
+
+def _load_one(path: Path):
+    from converters.builders.kineto import load
+    from converters.options import Options
+
+    try:
+        return load([path], Options(), Diagnostics())
+    except InputError as e:
+        assert "\n" not in str(e)
+        return None
+
+
+def _gloo_rank0() -> dict:
+    return json.loads(gzip.decompress((GLOO / "rank-0.pt.trace.json.gz").read_bytes()))
+
+
+@pytest.mark.parametrize("source", ["nccl", "gloo"])
+def test_odd_values_anywhere_give_an_input_error_or_a_model(source, tmp_path_factory):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    base = json.loads((NCCL / "rank-0.json").read_text()) if source == "nccl" else _gloo_rank0()
+
+    examples = int(os.environ.get("KINETO_EXAMPLES", 60))
+
+    @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def run(data):
+        doc = json.loads(json.dumps(base))
+        for _ in range(data.draw(st.integers(1, 3))):
+            where = data.draw(st.sampled_from(["event", "args", "info"]))
+            value = data.draw(st.sampled_from(_ODD_VALUES))
+            if where == "info":
+                key = data.draw(st.sampled_from(["rank", "world_size", "pg_config", "backend"]))
+                doc["distributedInfo"][key] = value
+                continue
+            event = data.draw(st.sampled_from(doc["traceEvents"]))
+            if where == "event":
+                event[data.draw(st.sampled_from(["ts", "dur", "name", "cat", "pid", "tid", "args", "ph"]))] = value
+            elif isinstance(event.get("args"), dict) and event["args"]:
+                event["args"][data.draw(st.sampled_from(sorted(event["args"])))] = value
+        path = tmp_path_factory.mktemp("odd") / "rank-0.json"
+        path.write_text(json.dumps(doc, allow_nan=True))
+        _load_one(path)
+
+    run()
+
+
+def test_numbers_written_as_text_are_read_and_words_are_refused(tmp_path):
+    """PyTorch writes a p2p peer and the sequence number with std::to_string."""
+    data = json.loads((NCCL / "rank-0.json").read_text())
+    for event in data["traceEvents"]:
+        args = event.get("args", {})
+        if "Dst Rank" in args:
+            args["Dst Rank"], args["Seq"] = str(args["Dst Rank"]), str(args["Seq"])
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps(data))
+    sends = [n for n in etc.read(path).ranks[0].nodes if n.kind == NodeKind.SEND]
+    assert [n.peer for n in sends] == [2, 2]
+    first = next(i for i, e in enumerate(data["traceEvents"]) if "Dst Rank" in e.get("args", {}))
+    data["traceEvents"][first]["args"]["Dst Rank"] = "two"
+    path.write_text(json.dumps(data))
+    result = run_cli(path, "-o", tmp_path / "x.json")
+    assert (result.code, result.stderr) == (2, f"et-convert: error: {path}: event {first}: arg 'Dst Rank' is 'two'; "
+                                                "expected an integer\n")
+
+
+def test_a_trace_without_events_and_a_bare_key_are_handled(tmp_path):
+    from converters.readers.kineto import read_rank
+
+    empty = _bad(tmp_path, "rank-0.json", b'{"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [ ]}')
+    assert read_rank(empty).events == []
+    bare = _bad(tmp_path, "rank-1.json", b'"traceEvents":[]')
+    with pytest.raises(InputError, match=r"rank-1.json:1:14: not valid JSON \(unexpected content after document\)"):
+        read_rank(bare)
+
+
+def test_a_job_with_tp_groups_only_keeps_its_layout(tmp_path):
+    """No DP group written: dp is the rest of the world (world / tp)."""
+    make_nccl_traces.write_set(tmp_path, "new")
+    for r in range(4):
+        path = tmp_path / f"rank-{r}.json"
+        data = json.loads(path.read_text())
+        info = data["distributedInfo"]
+        info["pg_config"] = [g for g in info["pg_config"] if g["pg_desc"] != "dp"]
+        data["traceEvents"] = [e for e in data["traceEvents"]
+                               if e.get("args", {}).get("Process Group Description") != "dp"]
+        path.write_text(json.dumps(data))
+    trace = etc.read(tmp_path)
+    assert (trace.parallel.tp, trace.parallel.dp) == (2, 2)
+    assert sorted(g.kind for g in trace.groups.values()) == ["tp", "tp", "world"]
