@@ -1,0 +1,76 @@
+"""The fuzzing harness (fuzz/): seeds for every registered format, and its reading of libFuzzer's log.
+
+The fuzzers themselves run with `make fuzz` / `make fuzz-ci` (atheris is not a test dependency).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from conftest import ROOT
+from converters.formats import INPUT_NAMES, input_format, resolve
+
+
+
+def fuzz_module(name: str):
+    """fuzz/NAME.py under the name fuzz_NAME (benchmarks/ has a run.py too)."""
+    sys.path.insert(0, str(ROOT / "fuzz"))  # run.py imports seeds
+    spec = importlib.util.spec_from_file_location(f"fuzz_{name}", ROOT / "fuzz" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fuzz_run, seeds = fuzz_module("run"), fuzz_module("seeds")
+
+
+def test_every_registered_format_gets_seeds_that_reach_past_its_sniffer(tmp_path):
+    for fmt in INPUT_NAMES:
+        count = seeds.write_seeds(fmt, tmp_path / fmt)
+        files = sorted((tmp_path / fmt).iterdir())
+        assert count == len(files) >= 5, fmt
+        sniff = resolve(input_format(fmt).sniff)
+        accepted = [f for f in files if sniff(f.read_bytes()[:1 << 16], f)]
+        assert len(accepted) >= 2, f"{fmt}: fewer than 2 seeds look like {fmt}"
+
+
+def test_chakra_and_et_json_seeds_are_whole_files_our_writers_made(tmp_path):
+    seeds.write_seeds("chakra", tmp_path / "chakra")
+    written = [f for f in (tmp_path / "chakra").iterdir() if ".w." in f.name]
+    assert len(written) >= 20 and max(f.stat().st_size for f in written) > 16 << 10
+    seeds.write_seeds("et-json", tmp_path / "et-json")
+    dumps = [f for f in (tmp_path / "et-json").iterdir() if f.read_bytes().startswith(b'{"format":"et-convert.et-json"')]
+    assert len(dumps) >= 10
+
+
+def test_the_malformed_corpus_is_part_of_the_seeds(tmp_path):
+    seeds.write_seeds("neusight", tmp_path)
+    assert any(f.name.startswith("malformed.neusight-") for f in tmp_path.iterdir())
+
+
+def finished(code: int) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
+    process.wait()
+    return process
+
+
+def test_a_clean_run_reports_its_edges_and_executions(tmp_path):
+    log = tmp_path / "simai.log"
+    log.write_text("#2\tINITED cov: 301 ft: 700 corp: 20/1Kb exec/s: 0 rss: 60Mb\n"
+                   "#4096\tpulse  cov: 330 ft: 760 corp: 24/1Kb lim: 4096 exec/s: 900 rss: 60Mb\n"
+                   "#9000\tDONE   cov: 338 ft: 770 corp: 24/1Kb lim: 4096 exec/s: 900 rss: 60Mb\n")
+    r = fuzz_run.result("simai", finished(0), log, 0.0)
+    assert (r.edges, r.executions, r.failure) == (338, 9000, "")
+
+
+def test_a_crash_is_reported_with_the_saved_input(tmp_path):
+    log = tmp_path / "chakra.log"
+    log.write_text("#500\tNEW    cov: 120 ft: 300 corp: 9/1Kb exec/s: 250 rss: 60Mb\n"
+                   "\n=== Uncaught Python exception: ===\nKeyError: 3\n"
+                   "==77== ERROR: libFuzzer: deadly signal\n"
+                   "artifact_prefix='fuzz/crashes/chakra-'; Test unit written to fuzz/crashes/chakra-crash-ab12\n")
+    r = fuzz_run.result("chakra", finished(1), log, 0.0)
+    assert (r.edges, r.executions) == (120, 500)
+    assert "Uncaught Python exception" in r.failure and "fuzz/crashes/chakra-crash-ab12" in r.failure
+    assert r.row().split()[-1] == "1"
