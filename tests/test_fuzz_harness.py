@@ -17,7 +17,7 @@ def fuzz_module(name: str):
     """fuzz/NAME.py under the name fuzz_NAME (benchmarks/ has a run.py too)."""
     sys.path.insert(0, str(ROOT / "fuzz"))  # run.py imports seeds
     spec = importlib.util.spec_from_file_location(f"fuzz_{name}", ROOT / "fuzz" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
