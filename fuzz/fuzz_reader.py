@@ -36,19 +36,14 @@ with atheris.instrument_imports(include=["converters"]):
     for _fmt in INPUT_FORMATS:  # a format whose code lives outside the package is found too
         resolve(_fmt.sniff), resolve(_fmt.load)
 
-from seeds import options_for  # noqa: E402 (after the instrumented imports)
-
-
-def input_suffix(fmt: str) -> str:
-    """The name the input is given: the Chakra reader wants `<prefix>.<rank>.et`."""
-    return ".0.et" if fmt == "chakra" else ".json" if fmt.endswith("json") else ".txt"
+from seeds import input_name, options_for  # noqa: E402 (after the instrumented imports)
 
 
 def main() -> None:
     fmt = input_format(sys.argv[1]).name
     load = resolve(input_format(fmt).load)
     options = options_for(fmt)
-    path = Path(tempfile.mkdtemp(prefix="etfuzz.")) / f"input{input_suffix(fmt)}"
+    path = Path(tempfile.mkdtemp(prefix="etfuzz.")) / input_name(fmt)
 
     def one_input(data: bytes) -> None:
         path.write_bytes(data)

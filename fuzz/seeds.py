@@ -40,6 +40,13 @@ def accepted_samples(fmt: str) -> list[Path]:
     return [p for p in sample_files() if sniff(p.read_bytes()[:1 << 16], p)]
 
 
+def input_name(fmt: str) -> str:
+    """The name a fuzz input is given: `input` with the suffixes of the format's first sample
+    (`input.0.et` for Chakra, whose reader wants `<prefix>.<rank>.et`); `input.txt` without one."""
+    accepted = accepted_samples(fmt)
+    return "input" + ("".join(accepted[0].suffixes) if accepted else ".txt")
+
+
 def written_samples(fmt: str) -> dict[str, bytes]:
     """Every sample this tool reads, written as `fmt` (an output format too)."""
     from converters import api
