@@ -3,7 +3,7 @@
     python fuzz/fuzz_reader.py FORMAT CORPUS_DIR... [libFuzzer flags, e.g. -max_total_time=600]
 
 Each input is written to a file and given to the format's loader (reader and builder), as
-`et-convert --from FORMAT` would. `fuzz/run.py` (what `make fuzz` calls) runs this for every
+`et-convert --from FORMAT` would, once with each of the format's option variants (`seeds.VARIANTS`). `fuzz/run.py` (what `make fuzz` calls) runs this for every
 format in `converters.formats.INPUT_FORMATS` and writes the seed corpus first (`fuzz/seeds.py`).
 
 Every module of the `converters` package is imported inside `atheris.instrument_imports()`,
@@ -36,21 +36,22 @@ with atheris.instrument_imports(include=["converters"]):
     for _fmt in INPUT_FORMATS:  # a format whose code lives outside the package is found too
         resolve(_fmt.sniff), resolve(_fmt.load)
 
-from seeds import input_name, options_for  # noqa: E402 (after the instrumented imports)
+from seeds import input_name, option_variants  # noqa: E402 (after the instrumented imports)
 
 
 def main() -> None:
     fmt = input_format(sys.argv[1]).name
     load = resolve(input_format(fmt).load)
-    options = options_for(fmt)
+    variants = option_variants(fmt)
     path = Path(tempfile.mkdtemp(prefix="etfuzz.")) / input_name(fmt)
 
     def one_input(data: bytes) -> None:
         path.write_bytes(data)
-        try:
-            load([path], options, Diagnostics())
-        except (InputError, UsageError):
-            pass
+        for options in variants:
+            try:
+                load([path], options, Diagnostics())
+            except (InputError, UsageError):
+                pass
 
     atheris.Setup([sys.argv[0], *sys.argv[2:]], one_input)
     atheris.Fuzz()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from converters.diagnostics import Diagnostics, InputError, UsageError
@@ -29,6 +30,22 @@ MAX_RANKS_WRITTEN = 64  # a bigger sample's et-json dump is hundreds of MB: no s
 def options_for(fmt: str) -> Options:
     """What a format cannot be read without (ASTRA-sim text tables carry no rank count)."""
     return Options(num_npus=8) if fmt == "astra-text" else Options()
+
+
+# Options that take a builder down other paths; the fuzzer loads each input once with every
+# variant of its format. A format not named here is fuzzed with `options_for` alone.
+VARIANTS = {
+    "simai": [dict(mode="simai"), dict(schedule="gpipe", p2p_bytes=1 << 20, passes=2)],
+    "astra-text": [dict(num_npus=4, tp=2, passes=2, tick_ns=2.5)],
+    "neusight": [dict(pp=2, dp=2, num_layers=4, p2p_bytes=1 << 20), dict(tp=2, bytes_per_element=2, schedule="gpipe")],
+    "megatron-log": [dict(strict=True), dict(retime=True), dict(tp=2)],
+    "optimus-log": [dict(schedule="gpipe", bwd_factor=3.0, p2p_bytes=4096), dict(step=2)],
+}
+
+
+def option_variants(fmt: str) -> list[Options]:
+    base = options_for(fmt)
+    return [base, *(replace(base, **changes) for changes in VARIANTS.get(fmt, []))]
 
 
 def sample_files() -> list[Path]:
