@@ -74,3 +74,20 @@ def test_a_crash_is_reported_with_the_saved_input(tmp_path):
     assert (r.edges, r.executions) == (120, 500)
     assert "Uncaught Python exception" in r.failure and "fuzz/crashes/chakra-crash-ab12" in r.failure
     assert r.row().split()[-1] == "1"
+
+
+def test_every_option_variant_converts_a_sample():
+    """A variant that fails on every sample would only ever fuzz the option check."""
+    from converters.diagnostics import Diagnostics
+
+    for fmt in INPUT_NAMES:
+        load = resolve(input_format(fmt).load)
+        samples = seeds.accepted_samples(fmt)
+        for options in seeds.option_variants(fmt):
+            converted = 0
+            for sample in samples:
+                try:
+                    converted += bool(load([sample], options, Diagnostics()).ranks)
+                except Exception:  # noqa: BLE001 (counted as not converted)
+                    pass
+            assert converted or not samples, f"{fmt}: no sample converts with {options}"
