@@ -6,6 +6,7 @@ The CLI fills it from flags; library users build it directly. Fields left at Non
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,8 +60,6 @@ def check(options: Options) -> None:
     output, also one (such as `--to chakra`) that needs no schedule. Raises UsageError, or
     InputError naming the network file's line.
     """
-    import math
-
     for name, least in AT_LEAST.items():
         value = getattr(options, name)
         if value is not None and value < least:
