@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+
+import pytest
 from conftest import ROOT
 from converters.formats import INPUT_NAMES, input_format, resolve
 
@@ -71,8 +73,21 @@ def test_a_crash_is_reported_with_the_saved_input(tmp_path):
                    "artifact_prefix='fuzz/crashes/chakra-'; Test unit written to fuzz/crashes/chakra-crash-ab12\n")
     r = fuzz_run.result("chakra", finished(1), log, 0.0)
     assert (r.edges, r.executions) == (120, 500)
-    assert "Uncaught Python exception" in r.failure and "fuzz/crashes/chakra-crash-ab12" in r.failure
+    assert r.failure == "KeyError: 3; input saved as fuzz/crashes/chakra-crash-ab12"
     assert r.row().split()[-1] == "1"
+
+
+def test_a_timeout_that_does_not_happen_again_is_a_note_not_a_hang(tmp_path):
+    pytest.importorskip("atheris")  # the saved input is run again under the fuzzer
+    saved = tmp_path / "neusight-timeout-cd34"
+    saved.write_bytes(b"not a table\n")  # read at once: an InputError
+    log = tmp_path / "neusight.log"
+    log.write_text("#70\tpulse  cov: 200 ft: 300 corp: 9/1Kb exec/s: 250 rss: 60Mb\n"
+                   "==9== ERROR: libFuzzer: timeout after 40 seconds\n"
+                   f"artifact_prefix='x'; Test unit written to {saved}\n")
+    r = fuzz_run.result("neusight", finished(70), log, 0.0)
+    assert r.failure == "" and r.note.startswith("timeout after 40 seconds; input saved as ")
+    assert r.row().split()[-1] == "0"
 
 
 def test_every_option_variant_converts_a_sample():
