@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
+
 from conftest import ROOT
 from converters.formats import INPUT_NAMES, input_format, resolve
-
 
 
 def fuzz_module(name: str):
