@@ -7,7 +7,8 @@ For a format named in `converters.formats.INPUT_FORMATS`, the seeds are
   real dumps;
 - the malformed inputs of `tests/test_malformed.py` for the format: each sits just past one
   of the reader's checks.
-Nothing here names a format, so a format added to the registry gets seeds from its samples.
+The seeds name no format: a format added to the registry gets seeds from its samples (and is
+fuzzed with default options until `VARIANTS` gives it others).
 """
 
 from __future__ import annotations
