@@ -125,7 +125,10 @@ def _start_display(outermost: Bar, stream: TextIO) -> None:
     display = Display(
         TextColumn("et-convert: {task.description}"), BarColumn(bar_width=20), _CountColumn(),
         TimeElapsedColumn(), console=Console(file=stream), transient=True,
-        refresh_per_second=REFRESHES_PER_S, redirect_stdout=False,  # stdout may be the output (stats --json)
+        refresh_per_second=REFRESHES_PER_S,
+        # No redirection: stdout may be the output (stats --json), and the Chakra writer forks
+        # workers while the display runs, which must not inherit a stderr routed through it.
+        redirect_stdout=False, redirect_stderr=False,
     )
     with _lock:
         if not _stack or _stack[0] is not outermost or _display is not None:

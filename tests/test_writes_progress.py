@@ -104,13 +104,15 @@ def test_an_inner_bar_takes_the_line_over_and_gives_it_back(at_once):
         assert "writing out" in last_frame(screen) and "writing ranks" not in last_frame(screen)
 
 
-def test_stdout_is_left_alone_while_the_line_is_drawn(at_once, capsys):
+def test_stdout_and_stderr_are_left_alone_while_the_line_is_drawn(at_once, capsys):
     screen = Terminal()
     with progress.bar("writing out", stream=screen):
         shown(screen, "writing out")
         sys.stdout.write('{"iteration_time_ns": 1}\n')  # stats --json > file while stderr shows progress
-    assert capsys.readouterr().out == '{"iteration_time_ns": 1}\n'
-    assert "iteration_time_ns" not in screen.getvalue()
+        sys.stderr.write("a forked worker's last words\n")  # not routed through the display's lock
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ('{"iteration_time_ns": 1}\n', "a forked worker's last words\n")
+    assert "iteration_time_ns" not in screen.getvalue() and "last words" not in screen.getvalue()
 
 
 def test_sizes_read_as_mebibytes():
