@@ -216,7 +216,7 @@ class Dump:
             gid = self.integer(key, f"$.groups.{key}", (1, UINT64[1]))  # checked before group() uses it
             trace.groups[gid] = self.group(gid, key, body)
         decide_timing(trace)
-        apply_our_metadata(trace)
+        apply_our_metadata(trace, lambda rank, k: f"{self.file}: $.ranks.{rank.rank}.metadata.attr[{k}]")
         apply_parallel_options(trace, self.options)
         return trace
 
