@@ -73,8 +73,8 @@ def result(fmt: str, process: subprocess.Popen, log: Path, started: float) -> Re
     r = Result(fmt, time.monotonic() - started, edges, executions, "")
     if process.returncode:
         r.failure = failure_of(text, log)
-        saved = SAVED.search(text)
-        if saved and "timeout" in Path(saved.group(1)).name and not hangs_again(fmt, Path(saved.group(1))):
+        saved = SAVED.findall(text)[-1:]  # the input it stopped on (slow ones may be saved before)
+        if saved and "-timeout-" in Path(saved[0]).name and not hangs_again(fmt, Path(saved[0])):
             # A stall of the machine (seen on a shared 2-core box), not of the reader.
             r.failure, r.note = "", f"{r.failure}, but it ran in time alone: not a hang; fuzzing stopped there"
     return r
@@ -83,9 +83,9 @@ def result(fmt: str, process: subprocess.Popen, log: Path, started: float) -> Re
 def failure_of(text: str, log: Path) -> str:
     """What went wrong, in one line: the exception (or libFuzzer's error) and the saved input."""
     found = EXCEPTION.search(text) or LIBFUZZER_ERROR.search(text)
-    saved = SAVED.search(text)
+    saved = SAVED.findall(text)[-1:]
     what = found.group(1).strip() if found else f"see {log}"
-    return f"{what}; input saved as {saved.group(1)}" if saved else what
+    return f"{what}; input saved as {saved[0]}" if saved else what
 
 
 def hangs_again(fmt: str, saved: Path) -> bool:

@@ -83,8 +83,9 @@ def test_a_timeout_that_does_not_happen_again_is_a_note_not_a_hang(tmp_path):
     saved.write_bytes(b"not a table\n")  # read at once: an InputError
     log = tmp_path / "neusight.log"
     log.write_text("#70\tpulse  cov: 200 ft: 300 corp: 9/1Kb exec/s: 250 rss: 60Mb\n"
-                   "==9== ERROR: libFuzzer: timeout after 40 seconds\n"
-                   f"artifact_prefix='x'; Test unit written to {saved}\n")
+                   f"Test unit written to {tmp_path / 'neusight-slow-unit-ef56'}\n"
+                   f"artifact_prefix='x'; Test unit written to {saved}\n"
+                   "==9== ERROR: libFuzzer: timeout after 40 seconds\n")
     r = fuzz_run.result("neusight", finished(70), log, 0.0)
     assert r.failure == "" and r.note.startswith("timeout after 40 seconds; input saved as ")
     assert r.row().split()[-1] == "0"
