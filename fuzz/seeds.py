@@ -1,7 +1,8 @@
 """The seed corpus of each input format: inputs that reach deep into its reader and builder.
 
 For a format named in `converters.formats.INPUT_FORMATS`, the seeds are
-- every file under `samples/` that the format's sniffer accepts, whole;
+- every file under `samples/` that the format's sniffer accepts, whole (a gzip file also
+  inflated);
 - when the format is also an output (chakra, et-json): what our writers make of every sample,
   so Chakra gets real `.et` files of every layout (logs, tables, per-stage graphs) and et-json
   real dumps;
@@ -13,6 +14,7 @@ fuzzed with default options until `VARIANTS` gives it others).
 
 from __future__ import annotations
 
+import gzip
 import sys
 import tempfile
 from dataclasses import replace
@@ -25,6 +27,7 @@ from converters.options import Options
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 FILES_PER_SET = 3  # of a written Chakra set: ranks 0, 1, 2 (the others repeat their roles)
+GZIP_MAGIC = b"\x1f\x8b"
 MAX_RANKS_WRITTEN = 64  # a bigger sample's et-json dump is hundreds of MB: no seed to mutate
 
 
@@ -59,10 +62,10 @@ def accepted_samples(fmt: str) -> list[Path]:
 
 
 def input_name(fmt: str) -> str:
-    """The name a fuzz input is given: `input` with the suffixes of the format's first sample
-    (`input.0.et` for Chakra, whose reader wants `<prefix>.<rank>.et`); `input.txt` without one."""
+    """The name a fuzz input is given: that of the format's first sample, since readers may take
+    the rank from a name (`workload.0.et`, `rank-3.json`); `input.txt` without a sample."""
     accepted = accepted_samples(fmt)
-    return "input" + ("".join(accepted[0].suffixes) if accepted else ".txt")
+    return accepted[0].name if accepted else "input.txt"
 
 
 def written_samples(fmt: str) -> dict[str, bytes]:
@@ -114,6 +117,9 @@ def write_seeds(fmt: str, directory: Path) -> int:
     """Fill `directory` with the seeds of `fmt`; returns how many."""
     directory.mkdir(parents=True, exist_ok=True)
     seeds = {p.name: p.read_bytes() for p in accepted_samples(fmt)}
+    for name, data in list(seeds.items()):
+        if data.startswith(GZIP_MAGIC):  # mutating the inflated text reaches the parser
+            seeds[f"{name}.inflated"] = gzip.decompress(data)
     if fmt in OUTPUT_NAMES:
         seeds.update(written_samples(fmt))
     seeds.update(malformed_inputs(fmt))

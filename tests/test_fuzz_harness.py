@@ -106,3 +106,16 @@ def test_every_option_variant_converts_a_sample():
                 except Exception:  # noqa: BLE001 (counted as not converted)
                     pass
             assert converted or not samples, f"{fmt}: no sample converts with {options}"
+
+
+def test_a_gzip_sample_is_also_a_seed_inflated(tmp_path, monkeypatch):
+    import gzip
+
+    plain = (ROOT / "samples" / "chakra_data" / "workload.1.et").read_bytes()
+    (tmp_path / "w.1.et.gz").write_bytes(gzip.compress(plain, mtime=0))
+    monkeypatch.setattr(seeds, "SAMPLES", tmp_path)
+    monkeypatch.setattr(seeds, "written_samples", lambda fmt: {})
+    monkeypatch.setattr(seeds, "malformed_inputs", lambda fmt: {})
+    assert seeds.write_seeds("chakra", tmp_path / "seeds") == 2
+    assert (tmp_path / "seeds" / "w.1.et.gz.inflated").read_bytes() == plain
+    assert seeds.input_name("chakra") == "w.1.et.gz"  # the sample's own name: its rank is in it
