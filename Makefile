@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: run test bench fuzz lint proto samples-chakra clean astra-check
+.PHONY: run test bench fuzz fuzz-ci lint proto samples-chakra clean astra-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,13 +53,15 @@ samples-chakra: $(STAMP)
 clean:
 	rm -rf $(VENV) $(PROTO_VENV) $(OUT) .pytest_cache
 
-## fuzz: every reader under atheris for FUZZ_SECONDS each (default 600)
+## fuzz: every input format's reader and builder under atheris, FUZZ_SECONDS each (default 600),
+## FUZZ_JOBS at a time; prints edges covered, executions and crashes per format
 FUZZ_SECONDS ?= 600
-FUZZ_FORMATS := simai astra-text neusight megatron-log optimus-log chakra et-json kineto
+FUZZ_JOBS ?= 1
+FUZZ_ARGS ?=
 fuzz: $(STAMP)
 	$(BIN)/pip install --quiet 'atheris>=2.3'
-	@for f in $(FUZZ_FORMATS); do \
-	  echo "== $$f ($(FUZZ_SECONDS) s)"; \
-	  $(BIN)/python fuzz/fuzz_reader.py $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 > fuzz/$$f.log 2>&1; rc=$$?; \
-	  tail -n 3 fuzz/$$f.log; [ $$rc -eq 0 ] || exit 1; \
-	done
+	$(BIN)/python fuzz/run.py --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) $(FUZZ_ARGS)
+
+## fuzz-ci: 20 s per format; fails on a crash, a hang, or a harness that stopped instrumenting
+fuzz-ci:
+	$(MAKE) fuzz FUZZ_SECONDS=20 FUZZ_ARGS=--min-edges=100

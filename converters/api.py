@@ -20,7 +20,7 @@ from .builders.one_rank import demote_one_rank_collectives, warn_if_kept
 from .diagnostics import Diagnostics, UsageError
 from .formats import detect, expand_inputs, input_format, output_format, refuse_overwriting_inputs, resolve
 from .model import ExecutionTrace
-from .options import Options
+from .options import Options, check
 
 # Sets read as they are, so that `validate` sees what a simulator would; a Chakra set written
 # from a Chakra set is repaired in `write`, a restored et-json dump is not (it stays verbatim).
@@ -42,6 +42,7 @@ def read(
 ) -> ExecutionTrace:
     """Read one input (files or a directory) into the model. `fmt="auto"` detects the format."""
     options = replace(options or Options(), **option_values)
+    check(options)
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     paths = _as_paths(inputs)
     name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
@@ -131,9 +132,11 @@ def convert(
 ) -> ExecutionTrace:
     """Read `inputs` and write `output` in one call; returns the model that was written.
 
-    An unusable output name, or one that would replace an input, fails before any reading.
+    An unusable output name or option value, or an output that would replace an input, fails
+    before any reading.
     """
     options = replace(options or Options(), **option_values)
+    check(options)  # a bad option fails before any input is read, whatever the output
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     paths = _as_paths(inputs)
     refuse_overwriting_inputs(paths, Path(output), output_format(to, Path(output)))

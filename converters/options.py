@@ -6,8 +6,11 @@ The CLI fills it from flags; library users build it directly. Fields left at Non
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .diagnostics import UsageError
 
 
 @dataclass
@@ -40,3 +43,50 @@ class Options:
     force: bool = False  # write a Chakra set even when the validator finds errors
     strict: bool = False  # a cut-off last log line is an error, not a warning
     verbose: bool = False
+
+
+# The least value of each counted option (None: not given, always fine).
+AT_LEAST = {"num_npus": 1, "tp": 1, "dp": 1, "pp": 1, "ep": 1, "passes": 1, "bytes_per_element": 1,
+            "num_layers": 1, "step": 0, "jobs": 1}
+ABOVE_ZERO = ("tick_ns", "bwd_factor", "p2p_bytes")
+CHOICES = {"mode": ("stage", "simai"), "schedule": ("1f1b", "gpipe")}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check(options: Options) -> None:
+    """Every option's value and file, before any input is read or output written.
+
+    A `--network` file that is not valid TOML or names unknown keys fails here whatever the
+    output, also one (such as `--to chakra`) that needs no schedule. Raises UsageError, or
+    InputError naming the network file's line.
+    """
+    for name, least in AT_LEAST.items():
+        value = getattr(options, name)
+        if value is not None and value < least:
+            raise UsageError(f"{flag(name)} must be at least {least}, got {value}")
+    for name in ABOVE_ZERO:
+        value = getattr(options, name)
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise UsageError(f"{flag(name)} must be above 0, got {value}")
+    for name, allowed in CHOICES.items():
+        if getattr(options, name) not in allowed:
+            raise UsageError(f"unknown {flag(name)} {getattr(options, name)!r}; expected {' or '.join(allowed)}")
+    _check_ranks(options.ranks)
+    from .scheduler.network import load_network
+
+    load_network(options.network, options.network_overrides)
+
+
+def _check_ranks(spec: str | None) -> None:
+    """The syntax of --ranks (which ranks exist is known only once the input is read)."""
+    from .ranks import parse_rank_list
+
+    if spec is None or spec.strip().lower() == "all":
+        return
+    try:
+        parse_rank_list(spec.strip())
+    except ValueError as e:
+        raise UsageError(f"--ranks {spec.strip()}: {e}; expected e.g. 0-15,1008 or all") from None

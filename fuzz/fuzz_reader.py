@@ -1,68 +1,59 @@
-"""Fuzz one reader with atheris: any exception other than our InputError is a bug.
+"""Fuzz one input format with atheris: any exception other than our InputError is a bug.
 
-    python fuzz/fuzz_reader.py FORMAT [atheris/libFuzzer flags, e.g. -max_total_time=600]
+    python fuzz/fuzz_reader.py FORMAT CORPUS_DIR... [libFuzzer flags, e.g. -max_total_time=600]
 
-The corpus starts from the samples (and their first kilobytes), so mutations stay close to
-real inputs. `make fuzz` runs every reader for FUZZ_SECONDS each.
+Each input is written to a file and given to the format's loader (reader and builder), as
+`et-convert --from FORMAT` would, once with each of the format's option variants (`seeds.VARIANTS`). `fuzz/run.py` (what `make fuzz` calls) runs this for every
+format in `converters.formats.INPUT_FORMATS` and writes the seed corpus first (`fuzz/seeds.py`).
+
+Every module of the `converters` package is imported inside `atheris.instrument_imports()`,
+readers and builders included: the registry names them as strings and `formats.resolve`
+imports them only when a format is used, which would be after instrumentation has closed and
+leave libFuzzer blind inside the parsers.
 """
 
 from __future__ import annotations
 
 import os
+import pkgutil
 import sys
 import tempfile
 from pathlib import Path
 
 import atheris
 
-with atheris.instrument_imports():
-    from converters.diagnostics import Diagnostics, InputError, UsageError
-    from converters.formats import input_format, resolve
-    from converters.options import Options
-
 ROOT = Path(__file__).resolve().parent.parent
-SEEDS = {
-    "simai": ["simai_tp8_pp16_1024gpu.txt"],
-    "astra-text": ["workloads"],
-    "neusight": ["neusight_gpt2_block.tsv"],
-    "megatron-log": ["megatron_rank4_pp_tp2.log", "megatron_rank2_moe_scaling.log"],
-    "optimus-log": ["optimusprime_llama1b_pp8.log"],
-    "chakra": ["chakra_data", "chakra_model"],
-    "et-json": [],
-    "kineto": ["pytorch_gloo_4rank"],
-}
-OPTIONS = {"astra-text": Options(num_npus=8), "simai": Options()}
+sys.path.insert(0, str(ROOT))
 
+with atheris.instrument_imports(include=["converters"]):
+    import converters
+    from converters.diagnostics import Diagnostics, InputError, UsageError
+    from converters.formats import INPUT_FORMATS, input_format, resolve
 
-def seed_corpus(fmt: str, corpus: Path) -> None:
-    corpus.mkdir(parents=True, exist_ok=True)
-    for name in SEEDS.get(fmt, []):
-        path = ROOT / "samples" / name
-        files = sorted(path.rglob("*")) if path.is_dir() else [path]
-        for i, f in enumerate(p for p in files if p.is_file()):
-            data = f.read_bytes()
-            (corpus / f"{f.name}").write_bytes(data)
-            (corpus / f"{f.name}.head").write_bytes(data[:4096])
+    for _module in pkgutil.walk_packages(converters.__path__, "converters."):
+        if _module.name != "converters.cli":  # typer's import time, and never called here
+            __import__(_module.name)
+    for _fmt in INPUT_FORMATS:  # a format whose code lives outside the package is found too
+        resolve(_fmt.sniff), resolve(_fmt.load)
+
+from seeds import input_name, option_variants  # noqa: E402 (after the instrumented imports)
 
 
 def main() -> None:
-    fmt = sys.argv[1]
+    fmt = input_format(sys.argv[1]).name
     load = resolve(input_format(fmt).load)
-    options = OPTIONS.get(fmt, Options())
-    suffix = ".et" if fmt == "chakra" else ".txt"
-    workdir = Path(tempfile.mkdtemp(prefix="etfuzz."))
-    path = workdir / f"input.0{suffix}"
+    variants = option_variants(fmt)
+    path = Path(tempfile.mkdtemp(prefix="etfuzz.")) / input_name(fmt)
 
     def one_input(data: bytes) -> None:
         path.write_bytes(data)
-        try:
-            load([path], options, Diagnostics())
-        except (InputError, UsageError):
-            pass
+        for options in variants:
+            try:
+                load([path], options, Diagnostics())
+            except (InputError, UsageError):
+                pass
 
-    corpus = ROOT / "fuzz" / "corpus" / fmt
-    seed_corpus(fmt, corpus)
-    atheris.Setup([sys.argv[0], str(corpus), *sys.argv[2:]], one_input)
+    atheris.Setup([sys.argv[0], *sys.argv[2:]], one_input)
     atheris.Fuzz()
 
 

@@ -25,7 +25,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 from google.protobuf.message import DecodeError
@@ -664,19 +664,28 @@ def group_file_for(first: Path) -> Path | None:
     return None
 
 
-def apply_our_metadata(trace: ExecutionTrace) -> None:
-    """Take back what et-convert's own GlobalMetadata records (parallel, coords, group kinds)."""
+def apply_our_metadata(trace: ExecutionTrace, where: Callable[[Rank, int], str] | None = None) -> None:
+    """Take back what et-convert's own GlobalMetadata records (parallel, coords, group kinds).
+
+    A layout size below 1 (world below 0) is an error; `where(rank, k)` names the place of a
+    rank's k-th attribute (default: the rank's file and the attribute's index).
+    """
     for rank in trace.ranks.values():
         if rank.wire_metadata is None:
             continue
-        for attr in rank.wire_metadata[1]:
+        for k, attr in enumerate(rank.wire_metadata[1]):
             name, value = attr.name, attr.value
             if name.startswith("coords.") and isinstance(value, int):
                 rank.coords[name[len("coords."):]] = value
             elif name.startswith("parallel.") and isinstance(value, int):
                 key = name[len("parallel."):]
-                if hasattr(trace.parallel, key):
-                    setattr(trace.parallel, key, value)
+                if not hasattr(trace.parallel, key):
+                    continue
+                least = 0 if key == "world" else 1
+                if value < least:  # a divisor of the world later: say where, not ZeroDivisionError
+                    place = where(rank, k) if where else f"{rank.source}: GlobalMetadata attribute {k}"
+                    raise InputError(place, f"{name} is {value}; expected at least {least}")
+                setattr(trace.parallel, key, value)
             elif name == "group_kinds" and isinstance(value, list):
                 for entry in value:
                     gid, _, kind = str(entry).partition("=")

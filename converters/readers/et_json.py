@@ -213,20 +213,21 @@ class Dump:
     def finish(self, trace: ExecutionTrace, doc: dict) -> ExecutionTrace:
         trace.ranks = dict(sorted(trace.ranks.items()))
         for key, body in self.expect(doc.get("groups", {}), dict, "$.groups", "an object of groups").items():
-            trace.groups[self.integer(key, f"$.groups.{key}", (1, UINT64[1]))] = self.group(key, body)
+            gid = self.integer(key, f"$.groups.{key}", (1, UINT64[1]))  # checked before group() uses it
+            trace.groups[gid] = self.group(gid, key, body)
         decide_timing(trace)
-        apply_our_metadata(trace)
+        apply_our_metadata(trace, lambda rank, k: f"{self.file}: $.ranks.{rank.rank}.metadata.attr[{k}]")
         apply_parallel_options(trace, self.options)
         return trace
 
-    def group(self, key: str, body) -> Group:
+    def group(self, gid: int, key: str, body) -> Group:
         where = f"$.groups.{key}"
         body = self.expect(body, dict, where, "an object")
         members = self.expect(body.get("members"), list, f"{where}.members", "a list of ranks")
         members = tuple(self.integer(m, f"{where}.members[{i}]") for i, m in enumerate(members))
         kind = self.expect(body.get("kind", ""), str, f"{where}.kind", "a string")
         name = self.expect(body.get("name", ""), str, f"{where}.name", "a string")
-        return Group(int(key), kind, members, name)
+        return Group(gid, kind, members, name)
 
     def rank(self, rank_id: int, body, where: str) -> Rank:
         body = self.expect(body, dict, where, "an object")

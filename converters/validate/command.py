@@ -21,7 +21,7 @@ import orjson
 
 from ..diagnostics import Diagnostics, InputError, UsageError, at
 from ..model import ExecutionTrace, Group
-from ..options import Options
+from ..options import Options, check
 from .findings import Finding, Report
 
 # chrome_rules rule name -> finding code
@@ -35,11 +35,13 @@ def run(inputs, from_: str, options: Options, diagnostics: Diagnostics, fmt: str
         max_per_check: int = 20, groups: Path | None = None, out=None) -> int:
     if fmt not in ("text", "json"):
         raise UsageError(f"--format must be text or json, not {fmt!r}")
+    check(options)
     out = out or sys.stdout
     max_per_check = max(0, max_per_check)
     from ..formats import expand_inputs
 
     started = time.perf_counter()
+    group_file = read_group_file(groups)  # a bad --groups file fails before the input is read
     paths = expand_inputs(list(inputs))
     if from_ in ("chrome",) or (from_ in (None, "auto") and all(_looks_like_chrome(p) for p in paths)
                                 and not _profiler_traces(paths)):
@@ -49,8 +51,8 @@ def run(inputs, from_: str, options: Options, diagnostics: Diagnostics, fmt: str
         from . import validate_trace
 
         trace = read(paths, from_, options, diagnostics)
-        if groups is not None:
-            apply_group_file(trace, groups)
+        if group_file is not None:
+            apply_group_file(trace, group_file)
         report = validate_trace(trace, options)
     report.seconds = time.perf_counter() - started  # what the user waited for, reading included
     if fmt == "json":
@@ -132,12 +134,17 @@ def _load_json(path: Path) -> tuple[object, Finding | None]:
                             source=at(path.name, strict.lineno))
 
 
-def apply_group_file(trace: ExecutionTrace, path: Path) -> None:
-    """Replace the trace's groups with those of `--groups FILE` (keeping known kinds by id)."""
+def read_group_file(path: Path | None) -> dict[int, tuple[int, ...]] | None:
+    """The groups of `--groups FILE`, or None without the option."""
     from ..readers.chakra import parse_group_file
 
+    return None if path is None else parse_group_file(path)
+
+
+def apply_group_file(trace: ExecutionTrace, group_file: dict[int, tuple[int, ...]]) -> None:
+    """Replace the trace's groups with those of `--groups FILE` (keeping known kinds by id)."""
     groups: dict[int, Group] = {}
-    for gid, members in parse_group_file(path).items():
+    for gid, members in group_file.items():
         old = trace.groups.get(gid)
         groups[gid] = Group(gid, old.kind if old else "", members, old.name if old else "")
     trace.groups = groups
