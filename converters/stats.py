@@ -171,11 +171,11 @@ def render(stats: dict[str, Any]) -> str:
     for label, row in _grouped_rows(stats["ranks"]):
         lines.append(f"{label:<24}" + "".join(f"{format_ms(row[f]):>14}" for f in _FIELDS))
     if stats["comm"]:
-        lines += ["", f"{'traffic by group':<24}{'ops':>14}{'bytes':>14}{'busy (all ranks)':>18}"]
+        lines += ["", f"{'traffic by group kind':<24}{'ops':>14}{'bytes':>14}{'busy (all ranks)':>18}"]
         for kind, row in stats["comm"].items():
             lines.append(f"{kind:<24}{row['ops']:>14}{_bytes(row['bytes']):>14}{format_ms(row['busy_ns']):>18}")
     if stats.get("groups"):
-        lines += ["", f"{'traffic by group':<24}{'collectives':>14}{'bytes':>14}{'span (sum)':>18}"]
+        lines += ["", f"{'collectives by group':<24}{'collectives':>14}{'bytes':>14}{'span (sum)':>18}"]
         for label, row in stats["groups"].items():
             lines.append(f"{label:<24}{row['instances']:>14}{_bytes(row['bytes']):>14}{format_ms(row['span_ns']):>18}")
     if stats.get("slowest_collectives"):
