@@ -182,3 +182,14 @@ def test_astra_sim_runs_the_log_sets_to_the_end(tmp_path, name, build):
     if "needs libprotobuf" in done.stdout:
         pytest.skip(done.stdout.strip())
     assert done.returncode == 0 and done.stdout.startswith(f"OK {build} ranks=4"), done.stdout
+
+
+def test_a_negative_tag_beside_a_one_member_collective_is_reported_not_a_crash(tmp_path):
+    # The dry run's stand-ins are receives with negative tags; a real one (E015) is not one of them.
+    programs = {0: [recv(0, 1, 64, tag=-3), coll(1, CollType.ALL_REDUCE, 64, [0], group=1)],
+                1: [send(0, 0, 64, tag=-3)]}
+    prefix = write_unchecked(tmp_path, programs, {"tp": [0]})
+    result = run_cli("validate", prefix.parent, "--format", "json")
+    assert result.code == 1 and "Traceback" not in result.stderr, result.stderr
+    codes = {f["code"] for f in orjson.loads(result.stdout)["findings"]}
+    assert {"E015", "E026", "E046"} <= codes, codes

@@ -51,24 +51,24 @@ def as_astra_sim_runs_it(trace: ExecutionTrace) -> tuple[ExecutionTrace, dict[tu
     holds forever, as ASTRA-sim holds the collective. Node lists stay shared where they were.
     """
     stuck: dict[tuple[int, int], str] = {}
-    copies: dict[int, list[Node]] = {}
+    copies: dict[int, tuple[list[Node], list[int]]] = {}  # per distinct list: its copy, the positions changed
     ranks = {}
     for rank_id, rank in trace.ranks.items():
         key = id(rank.nodes)
         if key not in copies:
             positions = [*one_rank_collectives(trace, rank.nodes, rank), *gathers_too_small(trace, rank.nodes, rank)]
-            copies[key] = _never_completing(rank.nodes, positions) if positions else rank.nodes
-        nodes = copies[key]
-        if nodes is rank.nodes:
+            copies[key] = (_never_completing(rank.nodes, positions) if positions else rank.nodes, positions)
+        nodes, positions = copies[key]
+        if not positions:
             continue
         ranks[rank_id] = replace(rank, nodes=nodes)
-        for node in nodes:
-            if node.kind is NodeKind.RECV and node.tag is not None and node.tag < 0:
-                group = trace.groups.get(rank.group_of(node))
-                label = group.label if group is not None else "all ranks"
-                members = trace.group_size(rank.group_of(node))
-                stuck[(rank_id, node.id)] = (f"{node.args['never_completes']} in {label} "
-                                             f"({members} member{'' if members == 1 else 's'})")
+        for i in positions:  # named per rank: ranks sharing a list have groups of their own
+            node = nodes[i]
+            group = trace.groups.get(rank.group_of(node))
+            label = group.label if group is not None else "all ranks"
+            members = trace.group_size(rank.group_of(node))
+            stuck[(rank_id, node.id)] = (f"{node.args['never_completes']} in {label} "
+                                         f"({members} member{'' if members == 1 else 's'})")
     if not ranks:
         return trace, stuck
     return replace(trace, ranks={**trace.ranks, **ranks}), stuck
