@@ -13,6 +13,7 @@ checks that both ways print the same.
 from __future__ import annotations
 
 import functools
+import gzip
 import io
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -383,6 +384,14 @@ chakra_case("chakra-oversized-message", _oversized)
 chakra_case("chakra-corrupt-node", _bad_body)
 chakra_case("chakra-unknown-node-type", _bad_type)
 chakra_case("chakra-broken-gzip", lambda d: (b"\x1f\x8b" + d[:50], "{f}: broken gzip data: Unknown compression method"))
+
+
+def _cut_gzip(d: bytes) -> tuple[bytes, str]:
+    data = gzip.compress(d)[:-20]
+    return data, f"{{f}}: byte {len(data)}: gzip data cut off (the file is truncated)"
+
+
+chakra_case("chakra-cut-gzip", _cut_gzip)
 
 
 def _comm_group_not_json():

@@ -39,10 +39,9 @@ from .._proto.wire import (
 from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Rank, WireAttr
 from ..options import Options
-from .text import json_error, read_bytes
+from .text import GZIP_MAGIC, gunzipped, head_gunzipped, json_error, read_bytes
 
 RANK_NAME = re.compile(r"^(?P<prefix>.*)\.(?P<rank>\d+)\.et(?:\.gz)?$")
-GZIP_MAGIC = b"\x1f\x8b"
 NODE_KINDS = {kind.value: kind for kind in NodeKind}
 COLL_TYPES = {coll.value: coll for coll in CollType}
 
@@ -58,11 +57,9 @@ SNIFF_MAX_METADATA = 64 << 20
 
 def sniff(head: bytes, path: Path) -> bool:
     """True when `head` starts like a Chakra file: a framed GlobalMetadata, then Nodes."""
-    if head.startswith(GZIP_MAGIC):
-        try:
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 1 << 16)
-        except zlib.error:
-            return False
+    head = head_gunzipped(head)
+    if head is None:
+        return False
     messages = frames_in_head(head)
     if not messages:
         messages = frames_in_head(longer_head(head, path))
@@ -145,7 +142,7 @@ def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> Execu
         for rank_id, path in ranks_of(paths):
             raw = read_bytes(path)
             digest.update(raw)
-            trace.ranks[rank_id] = read_rank(path, rank_id, unzipped(raw, path), decoder)
+            trace.ranks[rank_id] = read_rank(path, rank_id, gunzipped(raw, path), decoder)
     finally:
         if enabled:
             gc.enable()
@@ -199,16 +196,6 @@ def ranks_of(paths: list[Path]) -> list[tuple[int, Path]]:
             raise InputError(str(path), f"rank {rank} is given twice (also {found[rank]})")
         found[rank] = path
     return list(found.items())
-
-
-def unzipped(data: bytes, path: Path) -> bytes:
-    """The file's content, decompressed when it is gzip."""
-    if data.startswith(GZIP_MAGIC):
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise InputError(str(path), f"broken gzip data: {e}") from None
-    return data
 
 
 def read_rank(path: Path, rank_id: int, data: bytes, decoder: "NodeDecoder") -> Rank:

@@ -15,16 +15,14 @@ compute ops keep none.
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
 from ..diagnostics import InputError
-from .text import json_error
+from .text import gunzipped, head_gunzipped, json_error, read_bytes
 
 KEPT_CATEGORIES = frozenset({
     "kernel", "gpu_memcpy", "gpu_memset", "cpu_op", "user_annotation", "cuda_sync",
@@ -102,11 +100,9 @@ class RankTrace:
 
 def sniff(head: bytes, path: Path | None = None) -> bool:
     """A Chrome trace with Kineto's top-level keys (gzip is looked into)."""
-    if head.startswith(b"\x1f\x8b"):
-        try:
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 1 << 16)
-        except zlib.error:
-            return False
+    head = head_gunzipped(head)
+    if head is None:
+        return False
     return head.lstrip().startswith(b"{") and b'"traceEvents"' in head and any(k in head for k in SNIFF_KINETO)
 
 
@@ -143,20 +139,10 @@ def read_rank(path: Path) -> RankTrace:
 
 
 def _bytes_of(path: Path) -> bytes:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(str(path), f"cannot read: {e.strerror}") from None
+    data = read_bytes(path)
     if not data:
         raise InputError(str(path), "file is empty")
-    if data.startswith(b"\x1f\x8b"):
-        try:
-            data = gzip.decompress(data)
-        except EOFError:
-            raise InputError(f"{path}: byte {len(data)}", "gzip data cut off (the file is truncated)") from None
-        except (OSError, zlib.error) as e:
-            raise InputError(str(path), f"broken gzip data: {e}") from None
-    return data
+    return gunzipped(data, path)
 
 
 def _is_int(value) -> bool:

@@ -5,11 +5,14 @@ An undecodable byte is an error at `file:line:col`, never a silent replacement c
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from pathlib import Path
 
 from ..diagnostics import InputError, at
 
 BOM = b"\xef\xbb\xbf"
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 def read_lines(path: Path) -> list[str]:
@@ -22,6 +25,29 @@ def read_bytes(path: Path) -> bytes:
         return path.read_bytes()
     except OSError as e:
         raise InputError(str(path), f"cannot read: {e.strerror}") from None
+
+
+def head_gunzipped(head: bytes) -> bytes | None:
+    """The first bytes of a file for sniffing, inflated when gzip (up to 64 KiB); None when the
+    gzip data is broken."""
+    if not head.startswith(GZIP_MAGIC):
+        return head
+    try:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 1 << 16)
+    except zlib.error:
+        return None
+
+
+def gunzipped(data: bytes, path: Path) -> bytes:
+    """`data` decompressed when it is gzip (a cut-off stream is named as such, at its length)."""
+    if not data.startswith(GZIP_MAGIC):
+        return data
+    try:
+        return gzip.decompress(data)
+    except EOFError:
+        raise InputError(f"{path}: byte {len(data)}", "gzip data cut off (the file is truncated)") from None
+    except (OSError, zlib.error) as e:
+        raise InputError(str(path), f"broken gzip data: {e}") from None
 
 
 def decode(data: bytes, path: str) -> str:
