@@ -439,3 +439,59 @@ def test_a_job_with_tp_groups_only_keeps_its_layout(tmp_path):
     trace = etc.read(tmp_path)
     assert (trace.parallel.tp, trace.parallel.dp) == (2, 2)
     assert sorted(g.kind for g in trace.groups.values()) == ["tp", "tp", "world"]
+
+
+# ---------------------------------------------------------------- display-only spans
+
+@pytest.mark.parametrize("fixture", [NCCL, NCCL_OLD], ids=lambda p: p.name)
+def test_cpu_ops_that_launch_nccl_kernels_are_drawn_but_never_nodes(fixture, tmp_path):
+    trace = etc.read(fixture)
+    rank0 = trace.ranks[0]
+    launcher = "record_param_comms" if fixture == NCCL else "nccl:"
+    kernels = {n.id: n for n in rank0.nodes if n.is_comm or "peer unknown" in n.name}
+    assert kernels and len(rank0.display) == 2 * len(kernels)  # the launching op and its cudaLaunchKernel
+    assert {s.node for s in rank0.display} == set(kernels)
+    assert {s.thread for s in rank0.display} == {"cpu thread 4000"}
+    assert all(s.name.startswith(launcher) or s.name == "cudaLaunchKernel" for s in rank0.display)
+    for span in rank0.display:  # the launch ends before its kernel starts
+        assert span.start_ns + span.duration_ns <= kernels[span.node].start_ns
+    assert not any(n.name.startswith((launcher, "cudaLaunch")) for n in rank0.nodes)
+
+    js, pf = tmp_path / "t.json", tmp_path / "t.pftrace"
+    assert run_cli(fixture, "-o", js, "-q").code == 0 and run_cli(fixture, "-o", pf, "-q").code == 0
+    doc = json.loads(js.read_text())
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert [name for (pid, _), name in sorted(threads.items()) if pid == 1][0] == "cpu thread 4000"  # above the streams
+    cpu = [e for e in doc["traceEvents"] if e["ph"] == "X" and threads[(e["pid"], e["tid"])].startswith("cpu thread")]
+    assert len(cpu) == sum(len(r.display) for r in trace.ranks.values())
+    assert min(e["ts"] for e in doc["traceEvents"] if e["ph"] == "X") == 0  # the first launch sets the origin
+    by_node = {(e["pid"], e["args"]["node"]): e for e in doc["traceEvents"] if e["ph"] == "X" and "node" in e["args"]}
+    for e in cpu:
+        kernel = by_node[(e["pid"], e["args"]["launched_node"])]
+        assert e["args"]["launched"].startswith(kernel["name"].split(" ")[0]) and e["ts"] < kernel["ts"]
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    packets = pb.Trace.FromString(pf.read_bytes()).packet
+    pf_threads = {(p.track_descriptor.thread.pid, p.track_descriptor.thread.tid): p.track_descriptor.thread.thread_name
+                  for p in packets if p.HasField("track_descriptor") and p.track_descriptor.HasField("thread")}
+    assert pf_threads == threads
+    begins = sum(1 for p in packets if p.HasField("track_event") and p.track_event.type == 1)
+    assert begins == sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
+
+
+def test_display_spans_leave_chakra_output_and_stats_unchanged(tmp_path):
+    import converters.builders.kineto as builder
+
+    with_spans = run_cli(NCCL, "--to", "chakra", "-o", tmp_path / "a" / "w", "-q")
+    stats = run_cli("stats", NCCL, "--json")
+    original = builder._display_spans
+    builder._display_spans = lambda items, shift: []
+    try:
+        without = run_cli(NCCL, "--to", "chakra", "-o", tmp_path / "b" / "w", "-q")
+        stats_without = run_cli("stats", NCCL, "--json")
+    finally:
+        builder._display_spans = original
+    assert with_spans.code == without.code == 0
+    for a in sorted((tmp_path / "a").iterdir()):
+        assert a.read_bytes() == (tmp_path / "b" / a.name).read_bytes(), a.name
+    assert stats.stdout == stats_without.stdout

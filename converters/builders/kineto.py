@@ -36,9 +36,9 @@ from math import prod
 from pathlib import Path
 
 from ..diagnostics import Diagnostics, InputError
-from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
+from ..model import CollType, DisplaySpan, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
 from ..options import Options
-from ..readers.kineto import MAX_RANKS, Event, RankTrace, read_rank
+from ..readers.kineto import LAUNCH_CALLS, MAX_RANKS, Event, RankTrace, read_rank
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 COLLECTIVE_NAMES = {
@@ -111,6 +111,8 @@ class Item:
     busy: int = 0
     waits: list | None = None  # items it waits for (indices into the rank's items once linked)
     node: Node | None = None
+    # drawn only (model.DisplaySpan): (thread, name, start, end, args) of the CPU ops that launched it
+    display: list[tuple] | None = None
 
     def wait_for(self, other) -> None:
         if self.waits is None:
@@ -268,9 +270,12 @@ def _in_step(items: list[Item], steps, step: int, rt: RankTrace) -> list[Item]:
 
 def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[tuple]]:
     by_external: dict[object, list[Event]] = defaultdict(list)
+    launches: dict[int, Event] = {}  # correlation -> the runtime call that launched a kernel
     for e in rt.events:
         if e.cat in ("cpu_op", "user_annotation") and e.external is not None:
             by_external[e.external].append(e)
+        elif e.cat == "cuda_runtime" and e.correlation is not None and e.name in LAUNCH_CALLS:
+            launches[e.correlation] = e
     items, waits = [], []
     for e in rt.events:
         if e.cat == "cuda_sync" and "wait_on_stream" in e.args:
@@ -284,8 +289,23 @@ def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[tuple]
         if e.cat == "kernel" and "nccl" in e.name.lower():
             item.comm = _nccl_comm(e, host, rt, notes)
             item.name = _comm_name(item.comm)
+            item.display = _launch_spans(rt, item, host, launches.get(e.correlation))
         items.append(item)
     return items, waits
+
+
+def _launch_spans(rt: RankTrace, item: Item, host: list[Event], launch: Event | None) -> list[tuple]:
+    """The CPU ops (same External id) and runtime call (same correlation) that launched a
+    communication kernel, each on its CPU thread: drawn beside the kernel, never nodes."""
+    launched = f"{item.name} on {item.stream}"
+    return [(f"cpu thread {e.tid}", e.name, e.ts_ns, e.end_ns, {"launched": launched, "source": rt.where(e)})
+            for e in (host + [launch] if launch is not None else host)]
+
+
+def _display_spans(items: list[Item], shift: int) -> list[DisplaySpan]:
+    """The rank's display-only spans, on the model's clock, each naming the node it launched."""
+    return [DisplaySpan(thread, name, start - shift, max(0, end - start), args, node=it.node.id)
+            for it in items for thread, name, start, end, args in it.display or ()]
 
 
 @functools.lru_cache(maxsize=1 << 10)
@@ -852,6 +872,7 @@ def _rank_nodes(ri: RankItems, shift: int, groups: _Groups) -> Rank:
     for it in ordered:
         waited = (ri.items[w].node for w in it.waits or ())
         it.node.deps = sorted({n.id for n in waited if n is not None and n.id < it.node.id})
+    rank.display = _display_spans(ordered, shift)  # drawn only: not nodes
     return rank
 
 

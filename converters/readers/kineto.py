@@ -25,16 +25,25 @@ from ..diagnostics import InputError
 from .text import gunzipped, head_gunzipped, json_error, read_bytes
 
 KEPT_CATEGORIES = frozenset({
-    "kernel", "gpu_memcpy", "gpu_memset", "cpu_op", "user_annotation", "cuda_sync",
+    "kernel", "gpu_memcpy", "gpu_memset", "cpu_op", "user_annotation", "cuda_sync", "cuda_runtime",
 })
+# The CUDA runtime calls kept (the others are dropped): launches, drawn beside the communication
+# kernels they launch, and the event record / stream wait calls that order streams. Kineto writes
+# only `cbid` and `correlation` on them (README "PyTorch profiler traces").
+LAUNCH_CALLS = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchKernelEx",
+})
+EVENT_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "cudaStreamWaitEvent"})
+RUNTIME_CALLS = LAUNCH_CALLS | EVENT_CALLS
 # Arguments the builder reads (collective metadata, sizes, links); every other one is dropped.
 KEPT_ARGS = frozenset({
     "Collective name", "In msg nelems", "Out msg nelems", "dtype", "In split size", "Out split size",
     "Group size", "Process Group Name", "Process Group Description", "Process Group Ranks",
     "Global rank start", "Global rank stride", "Seq", "Src Rank", "Dst Rank", "Rank",
     "Input Dims", "Input type", "Concrete Inputs", "External id", "stream", "device", "wait_on_stream",
+    "wait_on_cuda_event_record_corr_id",
 })
-LINK_ARGS = frozenset({"wait_on_stream"})
+LINK_ARGS = frozenset({"wait_on_stream", "wait_on_cuda_event_record_corr_id"})
 # Names of the events whose collective arguments are kept.
 COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ncclDevKernel", "ncclKernel")
 _TEXT, _INT, _LIST = (str,), (int,), (list,)
@@ -44,7 +53,7 @@ ARG_TYPES = {
     "Collective name": _TEXT, "dtype": _TEXT, "Process Group Description": _TEXT,
     "In msg nelems": _NUMBER, "Out msg nelems": _NUMBER, "Group size": _NUMBER, "Global rank start": _NUMBER,
     "Global rank stride": _NUMBER, "Seq": _NUMBER, "Src Rank": _NUMBER, "Dst Rank": _NUMBER, "Rank": _NUMBER,
-    "stream": _INT, "device": _INT, "wait_on_stream": _INT,
+    "stream": _INT, "device": _INT, "wait_on_stream": _INT, "wait_on_cuda_event_record_corr_id": _INT,
     "In split size": (str, list), "Out split size": (str, list), "Process Group Name": (str, int),
     "Process Group Ranks": (str, list), "External id": (int, str),
     "Input Dims": _LIST, "Input type": _LIST, "Concrete Inputs": _LIST,
@@ -72,6 +81,7 @@ class Event:
     dur_ns: int
     args: dict  # the collective arguments (empty for compute)
     external: int | str | None = None  # "External id": links a kernel to the CPU op that launched it
+    correlation: int | None = None  # CUPTI's: links a kernel or a cuda_sync event to its runtime call
 
     @property
     def end_ns(self) -> int:
@@ -288,6 +298,8 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
         label, pid, tid = e.get("name", ""), e.get("pid"), e.get("tid")
         if type(label) is not str or type(pid) not in ID_TYPES or type(tid) not in ID_TYPES:
             raise InputError(f"{name}: event {index}", "name must be a string, pid and tid integers or strings")
+        if cat == "cuda_runtime" and label not in RUNTIME_CALLS:
+            continue
         # one object per distinct name and id: a big trace repeats a few thousand
         label, pid, tid = names.setdefault(label, label), names.setdefault(pid, pid), names.setdefault(tid, tid)
         args = e.get("args")
@@ -300,8 +312,12 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
         external = args.get("External id") if isinstance(args, dict) else None
         if type(external) not in ID_TYPES:
             external = None
+        correlation = args.get("correlation") if isinstance(args, dict) and cat != "cpu_op" else None
+        if not _is_int(correlation):
+            correlation = None
         # µs with ns decimals -> integer ns (rounded: the decimals are whole ns)
-        events.append(Event(index, cat, label, pid, tid, round(ts * 1000), round(dur * 1000), kept, external))
+        events.append(Event(index, cat, label, pid, tid, round(ts * 1000), round(dur * 1000), kept, external,
+                            correlation))
     return index
 
 
