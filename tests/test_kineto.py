@@ -495,3 +495,58 @@ def test_display_spans_leave_chakra_output_and_stats_unchanged(tmp_path):
     for a in sorted((tmp_path / "a").iterdir()):
         assert a.read_bytes() == (tmp_path / "b" / a.name).read_bytes(), a.name
     assert stats.stdout == stats_without.stdout
+
+
+# ---------------------------------------------------------------- cross-stream waits
+
+def _deps_by_name(trace) -> dict[int, list[tuple]]:
+    """Per rank, every node as (name, stream, the (name, stream) of what it waits for)."""
+    out = {}
+    for r, rank in trace.ranks.items():
+        by_id = {n.id: n for n in rank.nodes}
+        out[r] = [(n.name, n.stream, sorted((by_id[d].name, by_id[d].stream) for d in n.deps)) for n in rank.nodes]
+    return out
+
+
+def _cross_stream_deps(trace) -> int:
+    return sum(1 for rank in trace.ranks.values() for n in rank.nodes for d in n.deps
+               if rank.nodes[d].stream != n.stream)
+
+
+def test_event_record_and_wait_calls_place_cross_stream_waits_in_host_order(tmp_path):
+    # newer Kineto: the wait's cuda_sync event at its cudaStreamWaitEvent call (host time), naming
+    # the cudaEventRecord call; the host runs 1 ms ahead of the GPU, so GPU times alone mislead
+    recorded = tmp_path / "recorded"
+    make_nccl_traces.write_set(recorded, "new", sync="record", lag=1000.0)
+    expected = _deps_by_name(etc.read(NCCL))
+    assert _deps_by_name(etc.read(recorded)) == expected
+    assert _cross_stream_deps(etc.read(recorded)) == 64
+    without_calls = tmp_path / "without_calls"  # the same traces with the record/wait calls taken out
+    without_calls.mkdir()
+    for path in recorded.iterdir():
+        doc = json.loads(path.read_text())
+        doc["traceEvents"] = [e for e in doc["traceEvents"]
+                              if e.get("name") not in ("cudaEventRecord", "cudaStreamWaitEvent")]
+        (without_calls / path.name).write_text(json.dumps(doc))
+    assert _deps_by_name(etc.read(without_calls)) != expected
+    # in the Chakra output: rank 0's first TP all-reduce waits for the GEMM on the compute stream before it
+    prefix = tmp_path / "chakra" / "w"
+    assert run_cli(recorded, "--to", "chakra", "-o", prefix, "-q").code == 0
+    nodes = read_rank(rank_files(prefix)[0]).nodes
+    by_id = {n.id: n for n in nodes}
+    first_allreduce = next(n for n in nodes if n.name.startswith("allreduce"))
+    assert [by_id[d].name for d in first_allreduce.data_deps] == ["sm90_xmma_gemm_bf16bf16_bf16f32"]
+
+
+@pytest.mark.parametrize("sync, sentence", [
+    ("unknown", "cross-stream waits whose cuda_sync event names no recording stream (wait_on_stream -1) "
+                "are not kept as dependencies"),
+    ("runtime", "cudaStreamWaitEvent calls without cuda_sync events (profile with enable_cuda_sync_events): "
+                "the runtime calls name no stream"),
+])
+def test_waits_that_do_not_name_the_recording_stream_are_an_assumption_never_a_guess(sync, sentence, tmp_path):
+    make_nccl_traces.write_set(tmp_path / "t", "new", sync=sync)
+    trace = etc.read(tmp_path / "t")
+    assert _cross_stream_deps(trace) == 0
+    assert sum(s.startswith(sentence) for s in trace.assumptions) == 1
+    assert run_cli(tmp_path / "t", "--to", "chakra", "-o", tmp_path / "c" / "w", "-q").code == 0

@@ -12,7 +12,10 @@ Per rank (`rank_items`, needs that rank's file alone):
 - `--merge-compute` (default on): consecutive compute items of one stream with nothing between
   them that another stream waits for become one node (names in args).
 - dependencies: stream order; a `cuda_sync` wait (stream S waits for stream W at t): S's first
-  node after t waits for W's last node started before t; gloo: the collective waits for the
+  node after t waits for W's last node started before t, or, when the trace has the runtime calls
+  (`cudaEventRecord` named by the wait's `wait_on_cuda_event_record_corr_id`, `cudaStreamWaitEvent`
+  by its correlation) and the kernels' launch calls, host program order picks both ends: W's last
+  kernel launched before the record call, S's first kernel launched after the wait call; gloo: the collective waits for the
   launching thread's work before it, and the launching thread's first op after the collective
   ends waits for it (the calls are synchronous).
 
@@ -34,6 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
+from typing import NamedTuple
 
 from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, DisplaySpan, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
@@ -94,6 +98,17 @@ class Comm:
     user_tag: int | None = None
     seq: int | None = None
     group: Group | None = None  # the model's group, once resolved
+
+
+class StreamWait(NamedTuple):
+    """`stream` waits for `other`: its first item starting at or after `at` waits for the last item
+    of `other` starting before `before`; `other`'s compute is not merged across `cut`."""
+
+    stream: str
+    other: str
+    at: int
+    before: int
+    cut: int
 
 
 @dataclass(slots=True)
@@ -268,18 +283,19 @@ def _in_step(items: list[Item], steps, step: int, rt: RankTrace) -> list[Item]:
     return [it for it in items if low <= it.host_ts <= high]
 
 
-def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[tuple]]:
+def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[StreamWait]]:
     by_external: dict[object, list[Event]] = defaultdict(list)
     launches: dict[int, Event] = {}  # correlation -> the runtime call that launched a kernel
+    calls: dict[int, Event] = {}  # correlation -> a cudaEventRecord or cudaStreamWaitEvent call
     for e in rt.events:
         if e.cat in ("cpu_op", "user_annotation") and e.external is not None:
             by_external[e.external].append(e)
-        elif e.cat == "cuda_runtime" and e.correlation is not None and e.name in LAUNCH_CALLS:
-            launches[e.correlation] = e
-    items, waits = [], []
+        elif e.cat == "cuda_runtime" and e.correlation is not None:
+            (launches if e.name in LAUNCH_CALLS else calls)[e.correlation] = e
+    items, syncs, launched = [], [], []
     for e in rt.events:
         if e.cat == "cuda_sync" and "wait_on_stream" in e.args:
-            waits.append((_stream(e.tid), _stream(e.args["wait_on_stream"]), e.ts_ns))
+            syncs.append(e)
             continue
         if e.cat not in GPU_CATEGORIES:
             continue
@@ -291,7 +307,56 @@ def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[tuple]
             item.name = _comm_name(item.comm)
             item.display = _launch_spans(rt, item, host, launches.get(e.correlation))
         items.append(item)
-    return items, waits
+        launch = launches.get(e.correlation)
+        if launch is not None:
+            launched.append((launch.ts_ns, item))
+    return items, _stream_waits(syncs, launched, calls, notes)
+
+
+def _stream_waits(syncs: list[Event], launched: list[tuple[int, Item]], calls: dict[int, Event],
+                  notes: list[str]) -> list[StreamWait]:
+    """The cross-stream waits of `cuda_sync` "Stream Wait Event"s (README "PyTorch profiler traces").
+
+    Kineto writes no stream on the runtime calls (only `cbid` and `correlation`): the streams come
+    from the `cuda_sync` event (`stream` waits for `wait_on_stream`); the calls, when present, only
+    place both ends in host program order, which the GPU times cannot (the host runs ahead)."""
+    by_stream: dict[str, list[tuple[int, Item]]] = defaultdict(list)  # launch call time, item
+    for launch_ts, item in sorted(launched, key=lambda pair: pair[0]):
+        by_stream[item.stream].append((launch_ts, item))
+    waits, unknown = [], 0
+    for e in syncs:
+        if e.args["wait_on_stream"] < 0:  # Kineto did not see which stream recorded the event
+            unknown += 1
+            continue
+        stream, other = _stream(e.tid), _stream(e.args["wait_on_stream"])
+        at = before = cut = e.ts_ns
+        record = calls.get(e.args.get("wait_on_cuda_event_record_corr_id"))
+        producer = _launched_next_to(by_stream.get(other, []), record.ts_ns, after=False) if record else None
+        if producer is not None:
+            before, cut = producer.start + 1, producer.end
+        call = calls.get(e.correlation)
+        consumer = _launched_next_to(by_stream.get(stream, []), call.ts_ns, after=True) if call else None
+        if consumer is not None:
+            at = consumer.start
+        waits.append(StreamWait(stream, other, at, before, cut))
+    if unknown:
+        notes.append("cross-stream waits whose cuda_sync event names no recording stream (wait_on_stream -1) "
+                     "are not kept as dependencies (Kineto writes no stream on the runtime calls)")
+    if not syncs and any(c.name == "cudaStreamWaitEvent" for c in calls.values()):
+        notes.append("cudaStreamWaitEvent calls without cuda_sync events (profile with enable_cuda_sync_events): "
+                     "the runtime calls name no stream, so those cross-stream waits are not known; "
+                     "streams are ordered only within themselves")
+    return waits
+
+
+def _launched_next_to(launched: list[tuple[int, Item]], ts: int, after: bool) -> Item | None:
+    """Of items sorted by launch call time, the first launched after `ts` or the last launched before it."""
+    k = bisect_left(launched, ts, key=lambda pair: pair[0])
+    if after:
+        while k < len(launched) and launched[k][0] <= ts:
+            k += 1
+        return launched[k][1] if k < len(launched) else None
+    return launched[k - 1][1] if k > 0 else None
 
 
 def _launch_spans(rt: RankTrace, item: Item, host: list[Event], launch: Event | None) -> list[tuple]:
@@ -518,13 +583,13 @@ def _top_level_compute(rt: RankTrace, threads: set, launches: list[Event], work:
     return items
 
 
-def _merged(items: list[Item], waits: list[tuple]) -> list[Item]:
+def _merged(items: list[Item], waits: list[StreamWait]) -> list[Item]:
     """Consecutive compute items of one stream as one node, unless a communication item, or a
     point another stream waits at, lies between them."""
     cuts: dict[str, list[int]] = defaultdict(list)
-    for stream, other, ts in waits:
-        cuts[stream].append(ts)
-        cuts[other].append(ts)
+    for wait in waits:
+        cuts[wait.stream].append(wait.at)
+        cuts[wait.other].append(wait.cut)
     for it in items:
         if it.comm is not None:
             cuts["cpu" if it.stream.startswith("gloo") else it.stream].append(it.start)
@@ -557,7 +622,7 @@ def _cut_between(low: int, high: int, cuts: list[int]) -> bool:
     return i < len(cuts) and cuts[i] <= high
 
 
-def _link(items: list[Item], waits: list[tuple]) -> list[Item]:
+def _link(items: list[Item], waits: list[StreamWait]) -> list[Item]:
     """Dependencies inside the rank: stream order, cuda_sync waits, synchronous gloo calls.
     Returns the items in time order, each item's `waits` as indices into that list."""
     by_stream: dict[str, list[Item]] = defaultdict(list)
@@ -567,11 +632,11 @@ def _link(items: list[Item], waits: list[tuple]) -> list[Item]:
         for before, after in zip(its, its[1:]):
             after.wait_for(before)
     starts = {stream: [i.start for i in its] for stream, its in by_stream.items()}
-    for stream, other, ts in waits:
+    for stream, other, at, before, _ in waits:
         if stream not in by_stream or other not in by_stream:
             continue
-        k = bisect_left(starts[stream], ts)
-        j = bisect_left(starts[other], ts) - 1
+        k = bisect_left(starts[stream], at)
+        j = bisect_left(starts[other], before) - 1
         if k < len(by_stream[stream]) and j >= 0:
             by_stream[stream][k].wait_for(by_stream[other][j])
     main = by_stream.get("cpu", [])
