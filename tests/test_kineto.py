@@ -550,3 +550,42 @@ def test_waits_that_do_not_name_the_recording_stream_are_an_assumption_never_a_g
     assert _cross_stream_deps(trace) == 0
     assert sum(s.startswith(sentence) for s in trace.assumptions) == 1
     assert run_cli(tmp_path / "t", "--to", "chakra", "-o", tmp_path / "c" / "w", "-q").code == 0
+
+
+# ---------------------------------------------------------------- gloo p2p in subgroups
+
+def _gloo_p2p_in_dp_groups(out: Path, ranks=range(4)) -> Path:
+    """The real gloo traces as if each send/recv had used its DP group ([0, 2], [1, 3]): the
+    peers in `Concrete Inputs` become ranks within that group, as torch writes them."""
+    in_group = {0: "1", 1: "1", 2: "0", 3: "0"}
+    out.mkdir()
+    for r in ranks:
+        doc = json.loads(gzip.decompress((GLOO / f"rank-{r}.pt.trace.json.gz").read_bytes()))
+        for e in doc["traceEvents"]:
+            if e.get("name") in ("c10d::send", "c10d::recv_"):
+                e["args"]["Concrete Inputs"][2] = in_group[r]
+        (out / f"rank-{r}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode(), mtime=0))
+    return out
+
+
+def _p2p(trace) -> dict[int, list[tuple]]:
+    return {r: [(n.kind, n.peer, n.tag) for n in rank.nodes if n.kind in (NodeKind.SEND, NodeKind.RECV)]
+            for r, rank in trace.ranks.items()}
+
+
+def test_gloo_peers_in_a_subgroup_are_mapped_to_global_ranks_by_the_matching_op(tmp_path):
+    variant = _gloo_p2p_in_dp_groups(tmp_path / "dp")
+    trace = etc.read(variant)
+    assert _p2p(trace) == _p2p(etc.read(GLOO))
+    assert _p2p(trace)[0] == [(NodeKind.SEND, 2, 0), (NodeKind.SEND, 2, 1)]
+    assert _p2p(trace)[3] == [(NodeKind.RECV, 1, 0), (NodeKind.RECV, 1, 1)]
+    assert not any("gloo send/recv" in s for s in trace.assumptions)
+    assert run_cli(variant, "--to", "chakra", "-o", tmp_path / "c" / "w", "-q").code == 0
+    assert run_cli("validate", tmp_path / "c").code == 0
+
+
+def test_gloo_peers_stay_default_group_ranks_when_no_matching_op_tells_and_that_is_said(tmp_path):
+    trace = etc.read(_gloo_p2p_in_dp_groups(tmp_path / "dp", ranks=(0, 3)))  # the peers' traces are absent
+    assert _p2p(trace)[0] == [(NodeKind.SEND, 1, 0), (NodeKind.SEND, 1, 1)]  # as written: a default-group rank
+    assert ("4 gloo send/recv name a peer that reads as a different rank in each of their process groups and no "
+            "matching op on a peer tells which: read as default-group ranks") in trace.assumptions

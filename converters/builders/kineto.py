@@ -95,6 +95,7 @@ class Comm:
     pg_ranks: tuple[int, ...] | None = None
     pg_desc: str = ""
     peer: int | None = None  # SEND: destination, RECV: source (global ranks)
+    peer_in_group: bool = False  # gloo: `peer` as written, the rank in a process group not named (`_gloo_peers`)
     user_tag: int | None = None
     seq: int | None = None
     group: Group | None = None  # the model's group, once resolved
@@ -220,6 +221,7 @@ def build(parts: list[RankItems], options: Options, diagnostics: Diagnostics) ->
     trace.metadata["backend"] = ",".join(backends)
     groups = _Groups(trace, configs, world)
     groups.resolve(per_rank, traces, diagnostics)
+    _gloo_peers(per_rank, trace)
     hosts = {t.rank: t.host or f"rank {t.rank}" for t in traces}
     offsets = _align_clocks(per_rank, hosts, trace, diagnostics)
     _pair_transfers(per_rank, trace, diagnostics)
@@ -519,6 +521,7 @@ def _cpu_items(rt: RankTrace) -> tuple[list[Item], list]:
         if kind != NodeKind.COLLECTIVE:
             inputs = launch.args.get("Concrete Inputs") or []
             comm.peer = _int(inputs[2], None) if len(inputs) > 2 else None
+            comm.peer_in_group = comm.peer is not None
             comm.user_tag = _int(inputs[3], None) if len(inputs) > 3 else None
         stream = "cpu" if source.tid in main_threads else f"gloo thread {source.tid}"
         start = min(launch.ts_ns, source.ts_ns)
@@ -873,6 +876,42 @@ def _disagreement(instances, offsets, hosts) -> tuple[int, str]:
             if spread > worst:
                 worst, where = spread, f"{name} collective {k}"
     return worst, where
+
+
+def _gloo_peers(per_rank: dict[int, RankItems], trace: ExecutionTrace) -> None:
+    """gloo send/recv peers as global ranks. A c10d op's `Concrete Inputs` hold the peer's rank in
+    the process group the op used, which the trace does not name: each of the rank's `pg_config`
+    groups gives a reading (member at that index); when they differ, the reading whose peer has the
+    matching op (the opposite kind, naming this rank's index in that group, same tag) decides; when
+    none or several do, the default-group reading stays, said as an assumption."""
+    written: dict[int, set[tuple]] = defaultdict(set)  # rank -> (kind, peer as written, tag) of its gloo p2p ops
+    for r, ri in per_rank.items():
+        for it in ri.items:
+            if it.comm is not None and it.comm.peer_in_group:
+                written[r].add((it.comm.kind, it.comm.peer, it.comm.user_tag))
+    unresolved = 0
+    for r in sorted(written):
+        if per_rank[r].info.pg_config is None:
+            trace.assume("gloo send/recv peers are read as default-group ranks (no pg_config names the groups)")
+        groups = [tuple(e["ranks"]) for e in per_rank[r].info.pg_config or [] if r in e["ranks"]]
+        for it in per_rank[r].items:
+            comm = it.comm
+            if comm is None or not comm.peer_in_group:
+                continue
+            readings = {g[comm.peer]: g for g in groups if comm.peer < len(g) and g[comm.peer] != r}
+            if len(readings) > 1:
+                other = NodeKind.RECV if comm.kind == NodeKind.SEND else NodeKind.SEND
+                matched = [q for q, g in readings.items() if (other, g.index(r), comm.user_tag) in written.get(q, ())]
+                if len(matched) == 1:
+                    comm.peer = matched[0]
+                else:
+                    unresolved += 1
+            elif readings:
+                comm.peer = next(iter(readings))
+            it.name = _comm_name(comm)
+    if unresolved:
+        trace.assume(f"{unresolved} gloo send/recv name a peer that reads as a different rank in each of their "
+                     "process groups and no matching op on a peer tells which: read as default-group ranks")
 
 
 def _pair_transfers(per_rank: dict[int, RankItems], trace: ExecutionTrace, diagnostics: Diagnostics) -> None:
