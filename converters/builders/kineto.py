@@ -15,9 +15,10 @@ Per rank (`rank_items`, needs that rank's file alone):
   node after t waits for W's last node started before t, or, when the trace has the runtime calls
   (`cudaEventRecord` named by the wait's `wait_on_cuda_event_record_corr_id`, `cudaStreamWaitEvent`
   by its correlation) and the kernels' launch calls, host program order picks both ends: W's last
-  kernel launched before the record call, S's first kernel launched after the wait call; gloo: the collective waits for the
-  launching thread's work before it, and the launching thread's first op after the collective
-  ends waits for it (the calls are synchronous).
+  kernel launched before the record call, S's first kernel launched after the wait call; gloo:
+  the collective waits for the launching thread's work before it, and the launching thread's
+  first op after the collective ends waits for it (the calls are synchronous).
+- display only (`model.DisplaySpan`): the CPU ops that launched each NCCL kernel, for timelines.
 
 Across ranks (small): process groups from `pg_config` and the ops' `Process Group *` args,
 the group of gloo and older NCCL collectives from the worker thread or stream (and
@@ -304,12 +305,12 @@ def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[Stream
         host = by_external.get(e.external, [])
         item = Item(e.name, _stream(e.tid), e.ts_ns, e.end_ns, e.index,
                     host_ts=host[0].ts_ns if host else e.ts_ns, busy=e.dur_ns)
+        launch = launches.get(e.correlation)
         if e.cat == "kernel" and "nccl" in e.name.lower():
             item.comm = _nccl_comm(e, host, rt, notes)
             item.name = _comm_name(item.comm)
-            item.display = _launch_spans(rt, item, host, launches.get(e.correlation))
+            item.display = _launch_spans(rt, item, host, launch)
         items.append(item)
-        launch = launches.get(e.correlation)
         if launch is not None:
             launched.append((launch.ts_ns, item))
     return items, _stream_waits(syncs, launched, calls, notes)

@@ -630,7 +630,7 @@ class _Planner:
         return layout
 
     def new_layout(self, tpl: _Template, starts: list[int], ends: list[int], bases: list[str], rank: int,
-                   display=()) -> Layout:
+                   display: list | tuple = ()) -> Layout:
         if any(map(operator.lt, ends, starts)):  # a negative duration is drawn as zero
             ends = [max(s, e) for s, e in zip(starts, ends)]
         if tpl.waits:  # waiting parts start with their receive and end within it
