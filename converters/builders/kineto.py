@@ -43,7 +43,7 @@ from typing import NamedTuple
 from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, DisplaySpan, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
 from ..options import Options
-from ..readers.kineto import LAUNCH_CALLS, MAX_RANKS, Event, RankTrace, read_rank
+from ..readers.kineto import MAX_RANKS, Event, RankTrace, read_rank
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 COLLECTIVE_NAMES = {
@@ -170,6 +170,7 @@ def read_part(path: Path, options: Options) -> RankItems:
     rt = read_rank(path)
     part = rank_items(rt, options)
     rt.events = []
+    rt.launches = {}
     return part
 
 
@@ -288,13 +289,13 @@ def _in_step(items: list[Item], steps, step: int, rt: RankTrace) -> list[Item]:
 
 def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[StreamWait]]:
     by_external: dict[object, list[Event]] = defaultdict(list)
-    launches: dict[int, Event] = {}  # correlation -> the runtime call that launched a kernel
     calls: dict[int, Event] = {}  # correlation -> a cudaEventRecord or cudaStreamWaitEvent call
     for e in rt.events:
         if e.cat in ("cpu_op", "user_annotation") and e.external is not None:
             by_external[e.external].append(e)
         elif e.cat == "cuda_runtime" and e.correlation is not None:
-            (launches if e.name in LAUNCH_CALLS else calls)[e.correlation] = e
+            calls[e.correlation] = e
+    launches = rt.launches  # correlation -> (ts, dur, tid, name) of the call that launched a kernel
     items, syncs, launched = [], [], []
     for e in rt.events:
         if e.cat == "cuda_sync" and "wait_on_stream" in e.args:
@@ -309,10 +310,10 @@ def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[Stream
         if e.cat == "kernel" and "nccl" in e.name.lower():
             item.comm = _nccl_comm(e, host, rt, notes)
             item.name = _comm_name(item.comm)
-            item.display = _launch_spans(rt, item, host, launch)
+            item.display = _launch_spans(item, host, launch)
         items.append(item)
-        if launch is not None:
-            launched.append((launch.ts_ns, item))
+        if launch is not None and calls:  # host launch order places the ends of waits (`_stream_waits`)
+            launched.append((launch[0], item))
     return items, _stream_waits(syncs, launched, calls, notes)
 
 
@@ -362,12 +363,20 @@ def _launched_next_to(launched: list[tuple[int, Item]], ts: int, after: bool) ->
     return launched[k - 1][1] if k > 0 else None
 
 
-def _launch_spans(rt: RankTrace, item: Item, host: list[Event], launch: Event | None) -> list[tuple]:
+def _launch_spans(item: Item, host: list[Event], launch: tuple | None) -> list[tuple]:
     """The CPU ops (same External id) and runtime call (same correlation) that launched a
     communication kernel, each on its CPU thread: drawn beside the kernel, never nodes."""
-    launched = f"{item.name} on {item.stream}"
-    return [(f"cpu thread {e.tid}", e.name, e.ts_ns, e.end_ns, {"launched": launched, "source": rt.where(e)})
-            for e in (host + [launch] if launch is not None else host)]
+    args = {"launched": f"{item.name} on {item.stream}"}  # one dict for the kernel's spans
+    spans = [(_cpu_thread(e.tid), e.name, e.ts_ns, e.end_ns, args) for e in host]
+    if launch is not None:
+        ts, dur, tid, name = launch
+        spans.append((_cpu_thread(tid), name, ts, ts + dur, args))
+    return spans
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _cpu_thread(tid) -> str:
+    return f"cpu thread {tid}"
 
 
 def _display_spans(items: list[Item], shift: int) -> list[DisplaySpan]:

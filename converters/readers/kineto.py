@@ -34,7 +34,6 @@ LAUNCH_CALLS = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchKernelEx",
 })
 EVENT_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "cudaStreamWaitEvent"})
-RUNTIME_CALLS = LAUNCH_CALLS | EVENT_CALLS
 # Arguments the builder reads (collective metadata, sizes, links); every other one is dropped.
 KEPT_ARGS = frozenset({
     "Collective name", "In msg nelems", "Out msg nelems", "dtype", "In split size", "Out split size",
@@ -103,6 +102,9 @@ class RankTrace:
     thread_names: dict[tuple, str] = field(default_factory=dict)
     size_bytes: int = 0
     host: str | None = None  # host_name: ranks of one host share a clock
+    # kernel launch calls by correlation: (ts_ns, dur_ns, tid, name); tuples, not
+    # Events, since there is one per kernel and only their time and thread are wanted
+    launches: dict[int, tuple] = field(default_factory=dict)
 
     def where(self, event: Event) -> str:
         return f"{self.file}: event {event.index}"
@@ -131,7 +133,7 @@ def read_rank(path: Path) -> RankTrace:
             raise InputError(name, "expected a PyTorch profiler trace: a JSON object with a traceEvents array")
         parsed = doc, *_events(name, [doc.pop("traceEvents")])
     del data
-    doc, events, threads = parsed
+    doc, events, threads, launches = parsed
     info = doc.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
     rank, rank_from = _rank_of(path, info)
@@ -145,7 +147,7 @@ def read_rank(path: Path) -> RankTrace:
     host = doc.get("host_name")
     return RankTrace(name, rank, rank_from, world, str(info.get("backend") or ""), pg_config,
                      base if _is_int(base) else None, events, threads, size,
-                     host if isinstance(host, str) and host else None)
+                     host if isinstance(host, str) and host else None, launches)
 
 
 def _bytes_of(path: Path) -> bytes:
@@ -211,7 +213,7 @@ def _in_batches(data: bytes, name: str):
         first += 1
     if data[first:first + 1] == b"]":  # no events at all
         head = _head(data, start.start(), first + 1)
-        return None if head is None else (head, [], {})
+        return None if head is None else (head, [], {}, {})
 
     array_end = None
 
@@ -225,13 +227,13 @@ def _in_batches(data: bytes, name: str):
             yield batch
 
     try:
-        events, threads = _events(name, batches())
+        events, threads, launches = _events(name, batches())
     except _NotSplittable:
         return None
     head = _head(data, start.start(), array_end)
     if head is None:
         return None
-    return head, events, threads
+    return head, events, threads, launches
 
 
 class _NotSplittable(Exception):
@@ -266,19 +268,21 @@ def _head(data: bytes, key_start: int, array_end: int | None) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _events(name: str, batches) -> tuple[list[Event], dict[tuple, str]]:
-    """The kept events of `batches` (lists of raw events, in order), and the thread names."""
+def _events(name: str, batches) -> tuple[list[Event], dict[tuple, str], dict[int, tuple]]:
+    """The kept events of `batches` (lists of raw events, in order), the thread names, the launch calls."""
     events: list[Event] = []
     threads: dict[tuple, str] = {}
+    launches: dict[int, tuple] = {}
     index = -1
     names: dict = {}
     for raw in batches:
-        index = _keep(name, raw, index, events, threads, names)
+        index = _keep(name, raw, index, events, threads, names, launches)
     events.sort(key=lambda ev: (ev.ts_ns, -ev.dur_ns, ev.index))
-    return events, threads
+    return events, threads, launches
 
 
-def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, names: dict) -> int:
+def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, names: dict,
+          launches: dict) -> int:
     """Append the events of one batch the builder uses; returns the index of the last one seen."""
     for e in raw:
         index += 1
@@ -298,12 +302,13 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
         label, pid, tid = e.get("name", ""), e.get("pid"), e.get("tid")
         if type(label) is not str or type(pid) not in ID_TYPES or type(tid) not in ID_TYPES:
             raise InputError(f"{name}: event {index}", "name must be a string, pid and tid integers or strings")
-        if cat == "cuda_runtime" and label not in RUNTIME_CALLS:
+        if cat == "cuda_runtime" and label not in EVENT_CALLS:
+            _keep_launch(e, label, tid, ts, dur, launches)
             continue
         # one object per distinct name and id: a big trace repeats a few thousand
         label, pid, tid = names.setdefault(label, label), names.setdefault(pid, pid), names.setdefault(tid, tid)
         args = e.get("args")
-        if not isinstance(args, dict):
+        if not isinstance(args, dict) or cat == "cuda_runtime":  # an event record / wait call: only its ids
             kept = NO_ARGS
         elif label.startswith(COMM_PREFIXES):
             kept = _checked({k: _shared(v, names) for k, v in args.items() if k in KEPT_ARGS}, name, index)
@@ -319,6 +324,15 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
         events.append(Event(index, cat, label, pid, tid, round(ts * 1000), round(dur * 1000), kept, external,
                             correlation))
     return index
+
+
+def _keep_launch(e: dict, label: str, tid, ts, dur, launches: dict) -> None:
+    """A kernel launch call, by its correlation (the kernel's): only its time and thread."""
+    if label in LAUNCH_CALLS:
+        args = e.get("args")
+        correlation = args.get("correlation") if isinstance(args, dict) else None
+        if _is_int(correlation):
+            launches[correlation] = (round(ts * 1000), round(dur * 1000), tid, label)
 
 
 def _shared(value, names: dict):
