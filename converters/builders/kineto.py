@@ -43,7 +43,7 @@ from typing import NamedTuple
 from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, DisplaySpan, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
 from ..options import Options
-from ..readers.kineto import MAX_RANKS, Event, RankTrace, read_rank
+from ..readers.kineto import MAX_RANKS, Event, LaunchCalls, RankTrace, read_rank
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 COLLECTIVE_NAMES = {
@@ -170,7 +170,7 @@ def read_part(path: Path, options: Options) -> RankItems:
     rt = read_rank(path)
     part = rank_items(rt, options)
     rt.events = []
-    rt.launches = {}
+    rt.launches = LaunchCalls()
     return part
 
 
@@ -306,14 +306,15 @@ def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[Stream
         host = by_external.get(e.external, [])
         item = Item(e.name, _stream(e.tid), e.ts_ns, e.end_ns, e.index,
                     host_ts=host[0].ts_ns if host else e.ts_ns, busy=e.dur_ns)
-        launch = launches.get(e.correlation)
         if e.cat == "kernel" and "nccl" in e.name.lower():
             item.comm = _nccl_comm(e, host, rt, notes)
             item.name = _comm_name(item.comm)
-            item.display = _launch_spans(item, host, launch)
+            item.display = _launch_spans(item, host, launches.get(e.correlation))
         items.append(item)
-        if launch is not None and calls:  # host launch order places the ends of waits (`_stream_waits`)
-            launched.append((launch[0], item))
+        if calls:  # host launch order places the ends of waits (`_stream_waits`)
+            launch = launches.get(e.correlation)
+            if launch is not None:
+                launched.append((launch[0], item))
     return items, _stream_waits(syncs, launched, calls, notes)
 
 

@@ -16,6 +16,8 @@ compute ops keep none.
 from __future__ import annotations
 
 import re
+from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,12 +104,51 @@ class RankTrace:
     thread_names: dict[tuple, str] = field(default_factory=dict)
     size_bytes: int = 0
     host: str | None = None  # host_name: ranks of one host share a clock
-    # kernel launch calls by correlation: (ts_ns, dur_ns, tid, name); tuples, not
-    # Events, since there is one per kernel and only their time and thread are wanted
-    launches: dict[int, tuple] = field(default_factory=dict)
+    launches: LaunchCalls = field(default_factory=lambda: LaunchCalls())
 
     def where(self, event: Event) -> str:
         return f"{self.file}: event {event.index}"
+
+
+class LaunchCalls:
+    """The kernel launch calls of a trace by correlation (the kernel's), in flat arrays: there is
+    one per kernel, and a dict of tuples would cost about 300 bytes each."""
+
+    def __init__(self):
+        self.correlations, self.starts, self.durations = array("q"), array("q"), array("q")
+        self.threads: list = []
+        self.names: list[str] = []
+
+    def add(self, correlation: int, ts_ns: int, dur_ns: int, tid, name: str) -> None:
+        self.correlations.append(correlation)
+        self.starts.append(ts_ns)
+        self.durations.append(dur_ns)
+        self.threads.append(tid)
+        self.names.append(name)
+
+    def seal(self) -> None:
+        """Sort by correlation for `get` (Kineto numbers them in order, so usually already sorted)."""
+        keys = self.correlations
+        if all(a < b for a, b in zip(keys, keys[1:])):
+            return
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        for column in ("correlations", "starts", "durations"):
+            values = getattr(self, column)
+            setattr(self, column, array("q", (values[i] for i in order)))
+        self.threads = [self.threads[i] for i in order]
+        self.names = [self.names[i] for i in order]
+
+    def get(self, correlation) -> tuple | None:
+        """(ts_ns, dur_ns, tid, name) of the call with this correlation, or None."""
+        if correlation is None:
+            return None
+        i = bisect_left(self.correlations, correlation)
+        if i == len(self.correlations) or self.correlations[i] != correlation:
+            return None
+        return self.starts[i], self.durations[i], self.threads[i], self.names[i]
+
+    def __len__(self) -> int:
+        return len(self.correlations)
 
 
 def sniff(head: bytes, path: Path | None = None) -> bool:
@@ -213,7 +254,7 @@ def _in_batches(data: bytes, name: str):
         first += 1
     if data[first:first + 1] == b"]":  # no events at all
         head = _head(data, start.start(), first + 1)
-        return None if head is None else (head, [], {}, {})
+        return None if head is None else (head, [], {}, LaunchCalls())
 
     array_end = None
 
@@ -268,21 +309,22 @@ def _head(data: bytes, key_start: int, array_end: int | None) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _events(name: str, batches) -> tuple[list[Event], dict[tuple, str], dict[int, tuple]]:
+def _events(name: str, batches) -> tuple[list[Event], dict[tuple, str], LaunchCalls]:
     """The kept events of `batches` (lists of raw events, in order), the thread names, the launch calls."""
     events: list[Event] = []
     threads: dict[tuple, str] = {}
-    launches: dict[int, tuple] = {}
+    launches = LaunchCalls()
     index = -1
     names: dict = {}
     for raw in batches:
         index = _keep(name, raw, index, events, threads, names, launches)
     events.sort(key=lambda ev: (ev.ts_ns, -ev.dur_ns, ev.index))
+    launches.seal()
     return events, threads, launches
 
 
 def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, names: dict,
-          launches: dict) -> int:
+          launches: LaunchCalls) -> int:
     """Append the events of one batch the builder uses; returns the index of the last one seen."""
     for e in raw:
         index += 1
@@ -303,7 +345,7 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
         if type(label) is not str or type(pid) not in ID_TYPES or type(tid) not in ID_TYPES:
             raise InputError(f"{name}: event {index}", "name must be a string, pid and tid integers or strings")
         if cat == "cuda_runtime" and label not in EVENT_CALLS:
-            _keep_launch(e, label, tid, ts, dur, launches)
+            _keep_launch(e, names.setdefault(label, label), names.setdefault(tid, tid), ts, dur, launches)
             continue
         # one object per distinct name and id: a big trace repeats a few thousand
         label, pid, tid = names.setdefault(label, label), names.setdefault(pid, pid), names.setdefault(tid, tid)
@@ -326,13 +368,13 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
     return index
 
 
-def _keep_launch(e: dict, label: str, tid, ts, dur, launches: dict) -> None:
+def _keep_launch(e: dict, label: str, tid, ts, dur, launches: LaunchCalls) -> None:
     """A kernel launch call, by its correlation (the kernel's): only its time and thread."""
     if label in LAUNCH_CALLS:
         args = e.get("args")
         correlation = args.get("correlation") if isinstance(args, dict) else None
-        if _is_int(correlation):
-            launches[correlation] = (round(ts * 1000), round(dur * 1000), tid, label)
+        if _is_int(correlation) and 0 <= correlation < 1 << 62:
+            launches.add(correlation, round(ts * 1000), round(dur * 1000), tid, label)
 
 
 def _shared(value, names: dict):
