@@ -589,3 +589,18 @@ def test_gloo_peers_stay_default_group_ranks_when_no_matching_op_tells_and_that_
     assert _p2p(trace)[0] == [(NodeKind.SEND, 1, 0), (NodeKind.SEND, 1, 1)]  # as written: a default-group rank
     assert ("4 gloo send/recv name a peer that reads as a different rank in each of their process groups and no "
             "matching op on a peer tells which: read as default-group ranks") in trace.assumptions
+
+
+def test_a_host_side_event_sync_is_no_stream_wait(tmp_path):
+    # cudaEventSynchronize: the host waits (Kineto's stream -1), so no stream waits and nothing is unknown
+    out = tmp_path / "t"
+    out.mkdir()
+    for path in NCCL.iterdir():
+        doc = json.loads(path.read_text())
+        doc["traceEvents"].append({"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "pid": 0, "tid": -1,
+                                   "ts": doc["traceEvents"][-1]["ts"], "dur": 1.0,
+                                   "args": {"cuda_sync_kind": "Event Sync", "wait_on_stream": -1, "stream": -1}})
+        (out / path.name).write_text(json.dumps(doc))
+    trace = etc.read(out)
+    assert _deps_by_name(trace) == _deps_by_name(etc.read(NCCL))
+    assert not any("cross-stream waits" in s for s in trace.assumptions)

@@ -330,6 +330,8 @@ def _stream_waits(syncs: list[Event], launched: list[tuple[int, Item]], calls: d
         by_stream[item.stream].append((launch_ts, item))
     waits, unknown = [], 0
     for e in syncs:
+        if type(e.tid) is int and e.tid < 0:  # the host waits (Event Sync): no stream does
+            continue
         if e.args["wait_on_stream"] < 0:  # Kineto did not see which stream recorded the event
             unknown += 1
             continue
