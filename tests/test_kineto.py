@@ -479,22 +479,20 @@ def test_cpu_ops_that_launch_nccl_kernels_are_drawn_but_never_nodes(fixture, tmp
     assert begins == sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
 
 
-def test_display_spans_leave_chakra_output_and_stats_unchanged(tmp_path):
-    import converters.builders.kineto as builder
+def test_display_spans_leave_chakra_output_validation_and_stats_unchanged(tmp_path):
+    from converters.stats import stats_of
+    from converters.timeline import timeline_for
 
-    with_spans = run_cli(NCCL, "--to", "chakra", "-o", tmp_path / "a" / "w", "-q")
-    stats = run_cli("stats", NCCL, "--json")
-    original = builder._display_spans
-    builder._display_spans = lambda items, shift: []
-    try:
-        without = run_cli(NCCL, "--to", "chakra", "-o", tmp_path / "b" / "w", "-q")
-        stats_without = run_cli("stats", NCCL, "--json")
-    finally:
-        builder._display_spans = original
-    assert with_spans.code == without.code == 0
+    with_spans, without = etc.read(NCCL), etc.read(NCCL)
+    for rank in without.ranks.values():
+        rank.display = []
+    assert sum(len(rank.display) for rank in with_spans.ranks.values()) == 80
+    for name, trace in (("a", with_spans), ("b", without)):
+        etc.write(trace, tmp_path / name / "w", to="chakra")
     for a in sorted((tmp_path / "a").iterdir()):
         assert a.read_bytes() == (tmp_path / "b" / a.name).read_bytes(), a.name
-    assert stats.stdout == stats_without.stdout
+    assert stats_of(with_spans, timeline_for(with_spans)) == stats_of(without, timeline_for(without))
+    assert etc.validate(with_spans) == etc.validate(without)
 
 
 # ---------------------------------------------------------------- cross-stream waits
