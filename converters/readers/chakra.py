@@ -33,8 +33,8 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from .._proto import et_def_pb2 as pb
 from .._proto.wire import (
-    PER_RANK_FIELD, FramingError, attr_from_proto, attr_to_proto, frames, in_per_rank_form, per_rank_field,
-    per_rank_role,
+    PER_RANK_FIELD, FramingError, attr_from_proto, attr_to_proto, frames, in_per_rank_form, node_head,
+    per_rank_field, per_rank_role,
 )
 from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Rank, WireAttr
@@ -289,6 +289,7 @@ class NodeDecoder:
         # per-rank values, per-rank fields (start, end, role) or None)
         self.recipes: dict[bytes, tuple] = {}
         self.attrs: dict[tuple[int, bytes], tuple] = {}  # (node type, attribute bytes) -> attr_info
+        self.tails: dict[tuple[int, bytes], tuple | None] = {}  # (node type, message tail) -> tail_of
         self.meta_attrs: dict[bytes, tuple[WireAttr, bool]] = {}
         self.shapes: dict[tuple, int] = {}  # a message without its per-rank values -> shape id
         self.representatives: dict[tuple, list[tuple[Rank, list]]] = {}  # shape ids of a file -> ranks
@@ -398,12 +399,63 @@ class NodeDecoder:
     def recipe(self, body: bytes, path: Path, offset: int) -> tuple:
         known = self.recipes.get(body)
         if known is None:
-            wire = decode(pb.Node, body, path, offset, "Node")
-            canonical = not (len(UnknownFieldSet(wire)) or wire.SerializeToString() != body or io_has_unknown_fields(wire))
-            if not canonical:
-                self.noncanonical += 1  # unknown fields, unpacked lists, ...: a dump cannot repeat these bytes
-            known = self.recipes[body] = self.convert(wire, body, canonical, path, offset)
+            known = self.recipes[body] = self.recipe_by_head(body) or self.recipe_by_protobuf(body, path, offset)
         return known
+
+    def recipe_by_protobuf(self, body: bytes, path: Path, offset: int) -> tuple:
+        wire = decode(pb.Node, body, path, offset, "Node")
+        canonical = not (len(UnknownFieldSet(wire)) or wire.SerializeToString() != body or io_has_unknown_fields(wire))
+        if not canonical:
+            self.noncanonical += 1  # unknown fields, unpacked lists, ...: a dump cannot repeat these bytes
+        return self.convert(wire, body, canonical, path, offset)
+
+    def recipe_by_head(self, body: bytes) -> tuple | None:
+        """The recipe of a message protobuf would write exactly so, from its head (read by hand)
+        and its tail (decoded once per distinct tail); None when either is unusual or the node
+        has an error to report (recipe_by_protobuf then decodes it and says what is wrong)."""
+        head = node_head(body)
+        if head is None:
+            return None
+        node_id, name, node_type, ctrl_deps, data_deps, start, at = head
+        kind = NODE_KINDS.get(node_type)
+        if kind is None:
+            return None
+        key = (node_type, body[at:])
+        tail = self.tails.get(key, False)
+        if tail is False:
+            tail = self.tails[key] = self.tail_of(node_type, kind, key[1])
+        if tail is None:
+            return None
+        duration, inputs, outputs, infos, effects = tail
+        fields = {
+            "id": node_id, "name": name, "kind": kind, "duration_ns": duration * 1000,
+            "start_ns": start * 1000 if start else None, "inputs": inputs, "outputs": outputs, **effects,
+            "attrs": [info[0] for info in infos],
+        }
+        shape, per_rank = self.shape_of(start, (node_id, name, node_type, duration), fields, data_deps, ctrl_deps, infos)
+        spans = per_rank_fields(body, infos) if shape is not None else None
+        return fields, data_deps, ctrl_deps, shape, per_rank, spans
+
+    def tail_of(self, node_type: int, kind: NodeKind, tail: bytes) -> tuple | None:
+        """(duration_micros, inputs, outputs, attribute infos, model fields the attributes set) of
+        a head's tail: fields 7 on, each written as protobuf writes it; None otherwise, or
+        when an attribute's value cannot be used (the node must be named)."""
+        try:
+            wire = pb.Node.FromString(tail)
+        except DecodeError:
+            return None
+        if (wire.id or wire.name or wire.type or wire.ctrl_deps or wire.data_deps or wire.start_time_micros
+                or len(UnknownFieldSet(wire)) or wire.SerializeToString() != tail or io_has_unknown_fields(wire)):
+            return None
+        infos = [self.attrs.get((node_type, attr.SerializeToString())) or self.attr_info(node_type, kind, attr)
+                 for attr in wire.attr]
+        effects = {}
+        for info in infos:
+            if not info[2] or info[1] is not None and info[1][0] == "error":
+                return None
+            if info[1] is not None:
+                effects[info[1][0]] = info[1][1]
+        return wire.duration_micros, io_of(wire, "inputs"), io_of(wire, "outputs"), infos, effects
 
     @staticmethod
     def build(recipe: tuple) -> Node:
@@ -417,8 +469,7 @@ class NodeDecoder:
         fields = {
             "id": wire.id, "name": wire.name, "kind": kind, "duration_ns": wire.duration_micros * 1000,
             "start_ns": wire.start_time_micros * 1000 if wire.start_time_micros else None,
-            "inputs": (wire.inputs.values, wire.inputs.shapes, wire.inputs.types) if wire.HasField("inputs") else None,
-            "outputs": (wire.outputs.values, wire.outputs.shapes, wire.outputs.types) if wire.HasField("outputs") else None,
+            "inputs": io_of(wire, "inputs"), "outputs": io_of(wire, "outputs"),
         }
         infos = []
         for attr in wire.attr:
@@ -431,8 +482,11 @@ class NodeDecoder:
                 apply_effect(fields, info[1], wire.id, wire.name, where)
         fields["attrs"] = [info[0] for info in infos]
         deps, ctrl_deps = tuple(wire.data_deps), tuple(wire.ctrl_deps)
-        shape, per_rank = self.shape_of(wire, fields, deps, ctrl_deps, infos)
-        return fields, deps, ctrl_deps, shape, per_rank, per_rank_fields(body, infos) if canonical else None
+        shape, per_rank = self.shape_of(wire.start_time_micros, (wire.id, wire.name, node_type, wire.duration_micros),
+                                        fields, deps, ctrl_deps, infos)
+        # Where the per-rank fields lie matters only to a file that may become a template.
+        spans = per_rank_fields(body, infos) if canonical and shape is not None else None
+        return fields, deps, ctrl_deps, shape, per_rank, spans
 
     def attr_info(self, node_type: int, kind: NodeKind, attr: pb.AttributeProto) -> tuple:
         """(attr, model effect, encodes back to its bytes, per-rank role, in per-rank form), cached."""
@@ -444,8 +498,10 @@ class NodeDecoder:
         self.attrs[(node_type, attr.SerializeToString())] = info
         return info
 
-    def shape_of(self, wire: pb.Node, fields: dict, deps: tuple, ctrl_deps: tuple, infos: list[tuple]):
+    def shape_of(self, start: int, identity: tuple, fields: dict, deps: tuple, ctrl_deps: tuple, infos: list[tuple]):
         """(shape id, per-rank values): equal shapes differ at most in the per-rank values.
+
+        `start` is the node's start_time_micros, `identity` its (id, name, type, duration_micros).
 
         Shape None keeps the node's rank on a list of its own: measured times, or a group or
         peer that comes from an attribute not in ASTRA-sim's form (a map could not rebuild it).
@@ -453,14 +509,14 @@ class NodeDecoder:
         roles = [info[3] for info in infos]
         names = [info[0].name for info in infos if info[3]]
         if (
-            wire.start_time_micros
+            start
             or len(set(names)) != len(names)
             or fields.get("group") is not None and "group" not in roles
             or fields.get("peer") is not None and "peer" not in roles
         ):
             return None, ()
         key = (
-            wire.id, wire.name, wire.type, wire.duration_micros, deps, ctrl_deps, fields["inputs"], fields["outputs"],
+            *identity, deps, ctrl_deps, fields["inputs"], fields["outputs"],
             tuple((i, role) if role else id(info[0]) for i, (info, role) in enumerate(zip(infos, roles))),
         )
         per_rank = tuple((info[3], int(info[0].value)) for info in infos if info[3])
@@ -533,6 +589,14 @@ def per_rank_fields(body: bytes, infos: list[tuple]) -> tuple | None:
 def reencodes(attr: pb.AttributeProto, item: WireAttr) -> bool:
     """Whether the WireAttr gives back the attribute's bytes (no unknown fields inside it)."""
     return attr_to_proto(item).SerializeToString() == attr.SerializeToString()
+
+
+def io_of(wire: pb.Node, field: str) -> tuple[str, str, str] | None:
+    """An IOInfo as the model keeps it: (values, shapes, types), None when the node has none."""
+    if not wire.HasField(field):
+        return None
+    io = getattr(wire, field)
+    return io.values, io.shapes, io.types
 
 
 def io_has_unknown_fields(wire: pb.Node) -> bool:
