@@ -74,25 +74,35 @@ def frames(data: bytes | memoryview) -> Iterator[tuple[int, int, int]]:
     index = 0
     while pos < size:
         offset = pos
-        length = 0
-        shift = 0
-        while True:
-            if pos >= size:
-                raise FramingError(offset, "truncated length prefix at end of file")
-            byte = data[pos]
+        length = data[pos]
+        if length < 0x80:  # most messages are shorter than 128 bytes
             pos += 1
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-            if shift > 63:
-                raise FramingError(offset, "length prefix is not a varint (more than 10 bytes)")
+        else:
+            length, pos = _length_prefix(data, pos)
         if pos + length > size:
             what = "GlobalMetadata" if index == 0 else "Node"
             raise FramingError(offset, f"truncated {what} message (wanted {length} bytes, {size - pos} left)")
         yield offset, pos, pos + length
         pos += length
         index += 1
+
+
+def _length_prefix(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """(length, position after) of the varint length prefix at `pos`."""
+    offset, size = pos, len(data)
+    length = 0
+    shift = 0
+    while True:
+        if pos >= size:
+            raise FramingError(offset, "truncated length prefix at end of file")
+        byte = data[pos]
+        pos += 1
+        length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return length, pos
+        shift += 7
+        if shift > 63:
+            raise FramingError(offset, "length prefix is not a varint (more than 10 bytes)")
 
 
 def attr_from_proto(attr: pb.AttributeProto) -> WireAttr:
@@ -243,13 +253,19 @@ def _canonical_varint(b: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _packed(b: bytes, pos: int) -> tuple[tuple[int, ...], int]:
-    """The packed varints of the field whose one-byte length is at `pos`, and the position after."""
+def _packed(b: bytes, pos: int, known: dict[bytes, tuple[int, ...]]) -> tuple[tuple[int, ...], int]:
+    """The packed varints of the field whose one-byte length is at `pos`, and the position after.
+
+    `known` maps the field's bytes to its values: the same dependencies recur across ranks."""
     length = b[pos]
     if not 0 < length < 0x80:
         raise ValueError("empty, or a length of several bytes")
     pos += 1
     end = pos + length
+    key = b[pos:end]
+    found = known.get(key)
+    if found is not None:
+        return found, end
     values = []
     while pos < end:
         x = b[pos]
@@ -261,18 +277,24 @@ def _packed(b: bytes, pos: int) -> tuple[tuple[int, ...], int]:
             values.append(value)
     if pos != end:
         raise ValueError("a varint runs past the field")
-    return tuple(values), pos
+    found = known[key] = tuple(values)
+    return found, pos
 
 
-def node_head(b: bytes) -> tuple[int, str, int, tuple[int, ...], tuple[int, ...], int, int] | None:
+def node_head(b: bytes, known: dict[bytes, tuple[int, ...]]) -> tuple[int, str, int, tuple[int, ...], tuple[int, ...], int, int] | None:
     """(id, name, type, ctrl_deps, data_deps, start_time_micros, where the tail starts) of a Node
     message whose head is written as protobuf writes it; None for anything else (a missing or
     an unusual head: the caller then decodes the whole message with protobuf, which also names
-    what is wrong). Only the head is checked: the tail must be checked by the caller."""
+    what is wrong). Only the head is checked: the tail must be checked by the caller. `known`:
+    the dependency lists read so far, by their bytes (the caller keeps it for a whole set)."""
     try:
         pos, node_id, name, node_type, ctrl_deps, data_deps, start = 0, 0, "", 0, (), (), 0
         if b[0] == _ID:
-            node_id, pos = _canonical_varint(b, 1)
+            x = b[1]
+            if 0x80 <= x and 0 < b[2] < 0x80:  # ids 128 .. 16383, the most common
+                node_id, pos = (x & 0x7F) | b[2] << 7, 3
+            else:
+                node_id, pos = _canonical_varint(b, 1)
         if b[pos] == _NAME_TAG:
             length = b[pos + 1]
             if not 0 < length < 0x80:
@@ -288,9 +310,9 @@ def node_head(b: bytes) -> tuple[int, str, int, tuple[int, ...], tuple[int, ...]
                 return None
             pos += 2
         if b[pos] == _CTRL_DEPS:
-            ctrl_deps, pos = _packed(b, pos + 1)
+            ctrl_deps, pos = _packed(b, pos + 1, known)
         if b[pos] == _DATA_DEPS:
-            data_deps, pos = _packed(b, pos + 1)
+            data_deps, pos = _packed(b, pos + 1, known)
         if b[pos] == _START:
             start, pos = _canonical_varint(b, pos + 1)
     except IndexError:  # the head ends the message
