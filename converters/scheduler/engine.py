@@ -229,9 +229,9 @@ class Engine:
         cached = self._members[gid] = tuple(positions)
         return cached
 
-    def coll_info(self, r: int, node: Node) -> tuple[Any, int, int, str, tuple[int, ...] | None]:
-        """(instance key, issuers needed, group size, group kind, ring hops or None) of a
-        collective on position r."""
+    def coll_info(self, r: int, node: Node) -> tuple[Any, int, int, str, tuple[int, ...] | None, dict]:
+        """(instance key, issuers needed, group size, group kind, ring hops or None, costs) of a
+        collective on position r; `costs` caches the cost by (collective, size)."""
         cache = self._coll_cache[r]
         info = cache.get(node.group)
         if info is None:
@@ -240,13 +240,13 @@ class Engine:
             kind = self.kind_of(gid, node)
             if self.q is not None:
                 key = self.q.group_class[WORLD if gid is None else gid]
-                info = (key, self.q.needed[key], self.q.size[key], kind, self.hops_of(gid, self.q.size[key], kind))
+                info = (key, self.q.needed[key], self.q.size[key], kind, self.hops_of(gid, self.q.size[key], kind), {})
             else:
                 members = self.members(gid, rank, node)
                 if len(members) > 1 and r not in members:
                     raise InputError(node.source, f"rank {rank.rank} node {node.id} \"{node.name}\" is a collective in "
                                      f"group {self.trace.groups[gid].label}, which does not include rank {rank.rank}")
-                info = (gid, len(members), len(members), kind, self.hops_of(gid, len(members), kind))
+                info = (gid, len(members), len(members), kind, self.hops_of(gid, len(members), kind), {})
             cache[node.group] = info
         return info
 
@@ -307,7 +307,7 @@ class Engine:
         counter = itertools.count()
         push = heapq.heappush
         pop = heapq.heappop
-        coll_info = self.coll_info
+        coll_info, coll_cache = self.coll_info, self._coll_cache
         channel_key = self.channel_key
 
         def finish_at(end: int, r: int, i: int) -> None:
@@ -327,7 +327,7 @@ class Engine:
             finish_at(end, r, i)
 
         def issue_collective(r: int, i: int, t: int, node: Node) -> None:
-            gkey, needed, size, kind, hops = coll_info(r, node)
+            gkey, needed, size, kind, hops, costs = coll_cache[r].get(node.group) or coll_info(r, node)
             counts = coll_count[r]
             k = counts.get(gkey, 0)
             counts[gkey] = k + 1
@@ -336,7 +336,9 @@ class Engine:
             if inst is None:
                 inst = instances[key] = [needed, [], 0, NO_CAUSE]
             inst[1].append((r, i))
-            cost = net.collective_ns(node.coll, node.size, size, kind, hops)
+            cost = costs.get((node.coll, node.size))
+            if cost is None:
+                cost = costs[(node.coll, node.size)] = net.collective_ns(node.coll, node.size, size, kind, hops)
             if cost > inst[2]:
                 inst[2] = cost
             inst[3] = cause[r][i]  # the last member to issue decides the start
