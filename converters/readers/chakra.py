@@ -13,7 +13,10 @@ Speed and memory: ranks whose files differ only in their own rank, group ids and
 one node list (see NodeDecoder), so a 1024-rank set written from per-stage graphs is held as
 a few graphs, not 1024; a file like one read before is compared as bytes and only its
 per-rank fields are read. Files are read in the order given (the representative of a shared
-list is the first of its ranks in that order), each with one read.
+list is the first of its ranks in that order), each with one read. Where every rank differs
+(measured times), each message is read by hand up to its start time and its tail (duration,
+IOInfo, attributes) is decoded by protobuf once per distinct tail (NodeDecoder.recipe_by_head);
+a message protobuf would not write byte for byte goes through protobuf whole.
 """
 
 from __future__ import annotations
@@ -280,8 +283,8 @@ class NodeDecoder:
     repeated one costs a dict lookup), and ranks whose messages differ only in per-rank values
     still share the first such rank's list (`share`). Such a file then becomes a template when
     every per-rank field the split found is one protobuf decoded, in the same place.
-    Nodes built from one message share their `attrs` list (read-only, like everything a file
-    carried).
+    Nodes built from one message, or by hand from messages with one tail, share their `attrs`
+    list (read-only, like everything a file carried).
     """
 
     MAX_TRIES = 4  # representatives with the same graph tried before a rank gets its own list
