@@ -99,29 +99,24 @@ class Program:
             for i, nid in enumerate(ids):
                 index_of.setdefault(nid, i)
         self.index_of = _Contiguous(base, count) if contiguous else index_of
-        types = [_TYPE_OF.get(n.kind) for n in nodes]
-        if None in types:  # metadata and memory nodes, or a kind that is no NodeKind
-            types = [T_OTHER if t is None else t for t in types]
-        self.types = types
-        self.queue = list(map(_QUEUE_BY_TYPE.__getitem__, types))
-        durations = [n.duration_ns for n in nodes]
-        if durations and min(durations) < 0:  # a negative time would run the clock back
-            durations = [d if d > 0 else 0 for d in durations]
-        self.durations = durations
+        self.types = types = [_TYPE_OF.get(n.kind, T_OTHER) for n in nodes]
+        self.queue = [_QUEUE_BY_TYPE[t] for t in types]
+        # A negative time would run the clock back.
+        self.durations = [d if d > 0 else 0 for d in [n.duration_ns for n in nodes]]
         dependents: list[list[int]] = [[] for _ in nodes]
-        deps_of = [n.deps for n in nodes]
-        ndeps = list(map(len, deps_of))  # checked below: a dependency counts once, a missing one always
+        ndeps = [0] * count
         missing: dict[int, list[int]] = {}  # node index -> dep ids that do not exist
-        for i in compress(range(count), ndeps):  # the nodes with dependencies
-            deps = deps_of[i]
-            if contiguous and len(deps) == 1:
+        for i, deps in enumerate([n.deps for n in nodes]):
+            if not deps:
+                continue
+            if len(deps) == 1 and contiguous:
                 j = deps[0] - base
                 if 0 <= j < count:
                     dependents[j].append(i)
                 else:
-                    missing[i] = [deps[0]]  # can never be satisfied
+                    missing[i] = [deps[0]]
+                ndeps[i] = 1  # a missing one can never be satisfied
                 continue
-            ndeps[i] = 0
             seen = set()
             for dep in deps:
                 j = dep - base if contiguous else index_of.get(dep)
