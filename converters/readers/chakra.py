@@ -466,7 +466,9 @@ class NodeDecoder:
     @staticmethod
     def build(recipe: tuple) -> Node:
         node = Node(*recipe[0])
-        node.deps, node.ctrl_deps, node.args = list(recipe[1]), list(recipe[2]), {}
+        node.deps, node.ctrl_deps = list(recipe[1]), list(recipe[2])
+        for name, make in _MADE_PER_NODE:
+            setattr(node, name, make())
         return node
 
     def convert(self, wire: pb.Node, body: bytes, canonical: bool, path: Path, offset: int) -> tuple:
@@ -568,9 +570,10 @@ class NodeDecoder:
 
 
 # Node's fields in order with their defaults; those made per node are None here (build sets them).
-_MADE_PER_NODE = ("deps", "ctrl_deps", "args")
 _NODE_DEFAULTS = {f.name: None if f.default is dataclasses.MISSING else f.default for f in dataclasses.fields(Node)}
-assert {f.name for f in dataclasses.fields(Node) if f.default_factory is not dataclasses.MISSING} == set(_MADE_PER_NODE)
+# Fields whose default is made per node (args: {}), apart from the dependencies build() copies.
+_MADE_PER_NODE = tuple((f.name, f.default_factory) for f in dataclasses.fields(Node)
+                       if f.default_factory is not dataclasses.MISSING and f.name not in ("deps", "ctrl_deps"))
 assert list(_NODE_DEFAULTS)[:3] == ["id", "name", "kind"]  # a tail's values go between kind and start_ns
 _START_AT = list(_NODE_DEFAULTS).index("start_ns")
 
