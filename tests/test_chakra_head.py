@@ -25,7 +25,8 @@ IDS = st.one_of(st.integers(0, 1 << 15), UINT64)
 ATTRS = st.one_of(
     st.builds(lambda v: pb.AttributeProto(name="comm_type", int64_val=v), st.integers(-2, 12)),
     st.builds(lambda v: pb.AttributeProto(name="comm_size", uint64_val=v), UINT64),
-    st.builds(lambda v: pb.AttributeProto(name="pg_name", string_val=v), st.sampled_from(["1", "7", "0", "x", "", "012"])),
+    st.builds(lambda v: pb.AttributeProto(name="pg_name", string_val=v),
+              st.sampled_from(["1", "7", "0", "x", "", "012"])),
     st.builds(lambda v: pb.AttributeProto(name="comm_src", int32_val=v), st.integers(-1, 70000)),
     st.builds(lambda v: pb.AttributeProto(name="comm_dst", int32_val=v), st.integers(-1, 70000)),
     st.builds(lambda v: pb.AttributeProto(name="comm_tag", int64_val=v), st.integers(-5, 1 << 40)),
@@ -81,7 +82,8 @@ def test_a_message_read_by_its_head_gives_what_protobuf_gives(body):
 
 def test_plain_messages_take_the_head_route_and_odd_ones_do_not():
     node = pb.Node(id=300, name="allreduce", type=7, data_deps=[299, 5], start_time_micros=7, duration_micros=3,
-                   attr=[pb.AttributeProto(name="comm_type", int64_val=0), pb.AttributeProto(name="pg_name", string_val="2")])
+                   attr=[pb.AttributeProto(name="comm_type", int64_val=0),
+                         pb.AttributeProto(name="pg_name", string_val="2")])
     body = node.SerializeToString()
     decoder = NodeDecoder()
     values, deps, ctrl_deps, shape, per_rank, spans = decoder.recipe_by_head(body)

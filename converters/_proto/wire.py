@@ -281,7 +281,11 @@ def _packed(b: bytes, pos: int, known: dict[bytes, tuple[int, ...]]) -> tuple[tu
     return found, pos
 
 
-def node_head(b: bytes, known: dict[bytes, tuple[int, ...]]) -> tuple[int, str, int, tuple[int, ...], tuple[int, ...], int, int] | None:
+# (id, name, type, ctrl_deps, data_deps, start_time_micros, where the tail starts)
+Head = tuple[int, str, int, tuple[int, ...], tuple[int, ...], int, int]
+
+
+def node_head(b: bytes, known: dict[bytes, tuple[int, ...]]) -> Head | None:
     """(id, name, type, ctrl_deps, data_deps, start_time_micros, where the tail starts) of a Node
     message whose head is written as protobuf writes it; None for anything else (a missing or
     an unusual head: the caller then decodes the whole message with protobuf, which also names

@@ -21,12 +21,12 @@ a message protobuf would not write byte for byte goes through protobuf whole.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import gzip
 import hashlib
 import re
 import zlib
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -433,7 +433,8 @@ class NodeDecoder:
             return None
         duration, fields, infos, between, after = tail
         values = (node_id, name, kind, *between, start * 1000 if start else None, *after)
-        shape, per_rank = self.shape_of(start, (node_id, name, node_type, duration), fields, data_deps, ctrl_deps, infos)
+        identity = (node_id, name, node_type, duration)
+        shape, per_rank = self.shape_of(start, identity, fields, data_deps, ctrl_deps, infos)
         spans = per_rank_fields(body, infos) if shape is not None else None
         return values, data_deps, ctrl_deps, shape, per_rank, spans
 
