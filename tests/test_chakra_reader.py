@@ -378,6 +378,8 @@ def test_ranks_like_a_file_read_before_are_not_decoded_again(tmp_path, monkeypat
     decoded = []
     original = chakra.decode
     monkeypatch.setattr(chakra, "decode", lambda *a: decoded.append(a[4]) or original(*a))
+    read_node = chakra.NodeDecoder.recipe
+    monkeypatch.setattr(chakra.NodeDecoder, "recipe", lambda self, *a: decoded.append("Node") or read_node(self, *a))
     load(write_role_set(tmp_path, 8, lambda r: 3 + r % 2))
     assert decoded.count("GlobalMetadata") == 8
     assert decoded.count("Node") == 4  # the first file's; the others only differ in per-rank fields

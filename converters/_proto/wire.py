@@ -74,25 +74,35 @@ def frames(data: bytes | memoryview) -> Iterator[tuple[int, int, int]]:
     index = 0
     while pos < size:
         offset = pos
-        length = 0
-        shift = 0
-        while True:
-            if pos >= size:
-                raise FramingError(offset, "truncated length prefix at end of file")
-            byte = data[pos]
+        length = data[pos]
+        if length < 0x80:  # most messages are shorter than 128 bytes
             pos += 1
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-            if shift > 63:
-                raise FramingError(offset, "length prefix is not a varint (more than 10 bytes)")
+        else:
+            length, pos = _length_prefix(data, pos)
         if pos + length > size:
             what = "GlobalMetadata" if index == 0 else "Node"
             raise FramingError(offset, f"truncated {what} message (wanted {length} bytes, {size - pos} left)")
         yield offset, pos, pos + length
         pos += length
         index += 1
+
+
+def _length_prefix(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """(length, position after) of the varint length prefix at `pos`."""
+    offset, size = pos, len(data)
+    length = 0
+    shift = 0
+    while True:
+        if pos >= size:
+            raise FramingError(offset, "truncated length prefix at end of file")
+        byte = data[pos]
+        pos += 1
+        length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return length, pos
+        shift += 7
+        if shift > 63:
+            raise FramingError(offset, "length prefix is not a varint (more than 10 bytes)")
 
 
 def attr_from_proto(attr: pb.AttributeProto) -> WireAttr:
@@ -210,3 +220,108 @@ def in_per_rank_form(attr: WireAttr) -> bool:
         return (attr.kind == "string_val" and 0 < len(value) <= MAX_GROUP_DIGITS and value.isascii()
                 and value.isdigit() and value[0] != "0")
     return attr.name in _PEER_HEADS and attr.kind == "int32_val" and 0 <= attr.value < 1 << 31
+
+
+# ---------------------------------------------------------------------------------------------
+# a Node's head by hand
+#
+# protobuf writes a Node's fields in number order: id, name, type, ctrl_deps, data_deps,
+# start_time_micros (the *head*, different on almost every node), then duration_micros, inputs,
+# outputs and the attributes (the *tail*, repeated by many nodes of a rank). Reading the head
+# here and the tail once per distinct tail (with protobuf) avoids decoding every node.
+
+_ID, _NAME_TAG, _TYPE, _CTRL_DEPS, _DATA_DEPS, _START = 0x08, 0x12, 0x18, 0x22, 0x2A, 0x30
+
+
+def _canonical_varint(b: bytes, pos: int) -> tuple[int, int]:
+    """(value, position after) of a varint at `pos` in its shortest form, at most 9 bytes and
+    not 0; ValueError otherwise (the caller then lets protobuf decode the message)."""
+    x = b[pos]
+    if x < 0x80:
+        if not x:
+            raise ValueError("a zero protobuf would not write")
+        return x, pos + 1
+    value, shift = x & 0x7F, 7
+    while True:
+        pos += 1
+        x = b[pos]
+        value |= (x & 0x7F) << shift
+        if x < 0x80:
+            if not x or shift > 56:
+                raise ValueError("not the shortest form, or a value beyond 63 bits")
+            return value, pos + 1
+        shift += 7
+
+
+def _packed(b: bytes, pos: int, known: dict[bytes, tuple[int, ...]]) -> tuple[tuple[int, ...], int]:
+    """The packed varints of the field whose one-byte length is at `pos`, and the position after.
+
+    `known` maps the field's bytes to its values: the same dependencies recur across ranks."""
+    length = b[pos]
+    if not 0 < length < 0x80:
+        raise ValueError("empty, or a length of several bytes")
+    pos += 1
+    end = pos + length
+    key = b[pos:end]
+    found = known.get(key)
+    if found is not None:
+        return found, end
+    values = []
+    while pos < end:
+        x = b[pos]
+        if x < 0x80:
+            values.append(x)
+            pos += 1
+        else:
+            value, pos = _canonical_varint(b, pos)
+            values.append(value)
+    if pos != end:
+        raise ValueError("a varint runs past the field")
+    found = known[key] = tuple(values)
+    return found, pos
+
+
+# (id, name, type, ctrl_deps, data_deps, start_time_micros, where the tail starts)
+Head = tuple[int, str, int, tuple[int, ...], tuple[int, ...], int, int]
+
+
+def node_head(b: bytes, known: dict[bytes, tuple[int, ...]]) -> Head | None:
+    """(id, name, type, ctrl_deps, data_deps, start_time_micros, where the tail starts) of a Node
+    message whose head is written as protobuf writes it; None for anything else (a missing or
+    an unusual head: the caller then decodes the whole message with protobuf, which also names
+    what is wrong). Only the head is checked: the tail must be checked by the caller. `known`:
+    the dependency lists read so far, by their bytes (the caller keeps it for a whole set)."""
+    try:
+        pos, node_id, name, node_type, ctrl_deps, data_deps, start = 0, 0, "", 0, (), (), 0
+        if b[0] == _ID:
+            x = b[1]
+            if 0x80 <= x and 0 < b[2] < 0x80:  # ids 128 .. 16383, the most common
+                node_id, pos = (x & 0x7F) | b[2] << 7, 3
+            else:
+                node_id, pos = _canonical_varint(b, 1)
+        if b[pos] == _NAME_TAG:
+            length = b[pos + 1]
+            if not 0 < length < 0x80:
+                return None
+            pos += 2
+            name = b[pos:pos + length].decode()
+            pos += length
+            if pos > len(b):
+                return None
+        if b[pos] == _TYPE:
+            node_type = b[pos + 1]
+            if not 0 < node_type < 0x80:
+                return None
+            pos += 2
+        if b[pos] == _CTRL_DEPS:
+            ctrl_deps, pos = _packed(b, pos + 1, known)
+        if b[pos] == _DATA_DEPS:
+            data_deps, pos = _packed(b, pos + 1, known)
+        if b[pos] == _START:
+            start, pos = _canonical_varint(b, pos + 1)
+    except IndexError:  # the head ends the message
+        if pos != len(b):
+            return None
+    except ValueError:  # UnicodeDecodeError too
+        return None
+    return node_id, name, node_type, ctrl_deps, data_deps, start, pos

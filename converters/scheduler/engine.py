@@ -57,6 +57,9 @@ _TYPE_OF = {
     NodeKind.SEND: T_SEND,
     NodeKind.RECV: T_RECV,
 }
+# The same by NodeKind value: indexing a list with an IntEnum is several times faster than
+# hashing it (Enum.__hash__ is Python code).
+_TYPE_BY_VALUE = [_TYPE_OF.get(value, T_OTHER) for value in range(max(NodeKind) + 1)]
 # Which per-rank queue a ready node waits in: the compute stream, the communication slot, or
 # none (issued at once).
 Q_COMPUTE, Q_COMM, Q_FREE = 0, 1, 2
@@ -99,7 +102,7 @@ class Program:
             for i, nid in enumerate(ids):
                 index_of.setdefault(nid, i)
         self.index_of = _Contiguous(base, count) if contiguous else index_of
-        self.types = types = [_TYPE_OF.get(n.kind, T_OTHER) for n in nodes]
+        self.types = types = _types_of(nodes)
         self.queue = [_QUEUE_BY_TYPE[t] for t in types]
         # A negative time would run the clock back.
         self.durations = [d if d > 0 else 0 for d in [n.duration_ns for n in nodes]]
@@ -174,6 +177,14 @@ class Program:
         return end
 
 
+def _types_of(nodes: list[Node]) -> list[int]:
+    """T_* of every node (kinds are NodeKind members, whose values index _TYPE_BY_VALUE)."""
+    try:
+        return [_TYPE_BY_VALUE[n.kind] for n in nodes]
+    except (IndexError, TypeError):  # a kind that is no NodeKind
+        return [_TYPE_OF.get(n.kind, T_OTHER) for n in nodes]
+
+
 class Engine:
     """One scheduling run over all ranks of a trace."""
 
@@ -224,9 +235,9 @@ class Engine:
         cached = self._members[gid] = tuple(positions)
         return cached
 
-    def coll_info(self, r: int, node: Node) -> tuple[Any, int, int, str, tuple[int, ...] | None]:
-        """(instance key, issuers needed, group size, group kind, ring hops or None) of a
-        collective on position r."""
+    def coll_info(self, r: int, node: Node) -> tuple[Any, int, int, str, tuple[int, ...] | None, dict]:
+        """(instance key, issuers needed, group size, group kind, ring hops or None, costs) of a
+        collective on position r; `costs` caches the cost by (collective, size)."""
         cache = self._coll_cache[r]
         info = cache.get(node.group)
         if info is None:
@@ -235,13 +246,13 @@ class Engine:
             kind = self.kind_of(gid, node)
             if self.q is not None:
                 key = self.q.group_class[WORLD if gid is None else gid]
-                info = (key, self.q.needed[key], self.q.size[key], kind, self.hops_of(gid, self.q.size[key], kind))
+                info = (key, self.q.needed[key], self.q.size[key], kind, self.hops_of(gid, self.q.size[key], kind), {})
             else:
                 members = self.members(gid, rank, node)
                 if len(members) > 1 and r not in members:
                     raise InputError(node.source, f"rank {rank.rank} node {node.id} \"{node.name}\" is a collective in "
                                      f"group {self.trace.groups[gid].label}, which does not include rank {rank.rank}")
-                info = (gid, len(members), len(members), kind, self.hops_of(gid, len(members), kind))
+                info = (gid, len(members), len(members), kind, self.hops_of(gid, len(members), kind), {})
             cache[node.group] = info
         return info
 
@@ -302,7 +313,7 @@ class Engine:
         counter = itertools.count()
         push = heapq.heappush
         pop = heapq.heappop
-        coll_info = self.coll_info
+        coll_info, coll_cache = self.coll_info, self._coll_cache
         channel_key = self.channel_key
 
         def finish_at(end: int, r: int, i: int) -> None:
@@ -322,7 +333,7 @@ class Engine:
             finish_at(end, r, i)
 
         def issue_collective(r: int, i: int, t: int, node: Node) -> None:
-            gkey, needed, size, kind, hops = coll_info(r, node)
+            gkey, needed, size, kind, hops, costs = coll_cache[r].get(node.group) or coll_info(r, node)
             counts = coll_count[r]
             k = counts.get(gkey, 0)
             counts[gkey] = k + 1
@@ -331,7 +342,9 @@ class Engine:
             if inst is None:
                 inst = instances[key] = [needed, [], 0, NO_CAUSE]
             inst[1].append((r, i))
-            cost = net.collective_ns(node.coll, node.size, size, kind, hops)
+            cost = costs.get((node.coll, node.size))
+            if cost is None:
+                cost = costs[(node.coll, node.size)] = net.collective_ns(node.coll, node.size, size, kind, hops)
             if cost > inst[2]:
                 inst[2] = cost
             inst[3] = cause[r][i]  # the last member to issue decides the start

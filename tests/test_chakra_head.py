@@ -1,0 +1,103 @@
+"""The Chakra reader's two routes for a Node message give one recipe.
+
+A message protobuf would write exactly so is read by hand up to its start time and its tail
+once per distinct tail (`NodeDecoder.recipe_by_head`); anything else goes through protobuf
+(`recipe_by_protobuf`). Here random messages, written by protobuf and then bent (bytes changed,
+cut or added), must give the same recipe, the same count of non-canonical messages and the same
+error whichever route reads them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from converters._proto import et_def_pb2 as pb
+from converters._proto.wire import node_head
+from converters.diagnostics import InputError
+from converters.readers.chakra import NodeDecoder
+
+UINT64 = st.integers(0, (1 << 64) - 1)
+IDS = st.one_of(st.integers(0, 1 << 15), UINT64)
+ATTRS = st.one_of(
+    st.builds(lambda v: pb.AttributeProto(name="comm_type", int64_val=v), st.integers(-2, 12)),
+    st.builds(lambda v: pb.AttributeProto(name="comm_size", uint64_val=v), UINT64),
+    st.builds(lambda v: pb.AttributeProto(name="pg_name", string_val=v),
+              st.sampled_from(["1", "7", "0", "x", "", "012"])),
+    st.builds(lambda v: pb.AttributeProto(name="comm_src", int32_val=v), st.integers(-1, 70000)),
+    st.builds(lambda v: pb.AttributeProto(name="comm_dst", int32_val=v), st.integers(-1, 70000)),
+    st.builds(lambda v: pb.AttributeProto(name="comm_tag", int64_val=v), st.integers(-5, 1 << 40)),
+    st.builds(lambda v: pb.AttributeProto(name="microbatch", int64_val=v), st.integers(0, 300)),
+    st.builds(lambda v: pb.AttributeProto(name="is_cpu_op", bool_val=v), st.booleans()),
+    st.builds(lambda v: pb.AttributeProto(name="tensor_size", int64_list=pb.Int64List(values=v)),
+              st.lists(st.integers(-3, 1 << 33), max_size=3)),
+)
+
+
+@st.composite
+def node_messages(draw) -> bytes:
+    node = pb.Node(
+        id=draw(IDS), name=draw(st.text(max_size=140)), type=draw(st.integers(0, 9)),
+        ctrl_deps=draw(st.lists(IDS, max_size=3)), data_deps=draw(st.lists(IDS, max_size=40)),
+        start_time_micros=draw(st.sampled_from([0, 1, 300, 1 << 40])),
+        duration_micros=draw(st.sampled_from([0, 5, 1 << 20])), attr=draw(st.lists(ATTRS, max_size=5)),
+    )
+    if draw(st.booleans()):
+        node.inputs.values = draw(st.text(max_size=5))
+    body = node.SerializeToString()
+    edit = draw(st.sampled_from(["none", "byte", "cut", "append", "zero id"]))
+    if edit == "byte" and body:
+        at = draw(st.integers(0, len(body) - 1))
+        body = body[:at] + bytes([draw(st.integers(0, 255))]) + body[at + 1:]
+    elif edit == "cut" and body:
+        body = body[:draw(st.integers(0, len(body) - 1))]
+    elif edit == "append":
+        body += draw(st.sampled_from([b"\x08\x05", b"\x30\x00", b"\x22\x01\x01", b"\x98\x01\x01", b"\x12\x01a"]))
+    elif edit == "zero id":
+        body = b"\x08\x00" + body
+    return body
+
+
+def by_protobuf(body: bytes):
+    decoder = NodeDecoder()
+    try:
+        return decoder.recipe_by_protobuf(body, Path("w.0.et"), 7), decoder.noncanonical
+    except InputError as e:
+        return str(e), decoder.noncanonical
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(node_messages())
+def test_a_message_read_by_its_head_gives_what_protobuf_gives(body):
+    decoder = NodeDecoder()
+    fast = decoder.recipe_by_head(body)
+    expected, noncanonical = by_protobuf(body)
+    if fast is None:
+        return  # protobuf reads it (and names what is wrong)
+    assert (fast, decoder.noncanonical) == (expected, noncanonical)
+
+
+def test_plain_messages_take_the_head_route_and_odd_ones_do_not():
+    node = pb.Node(id=300, name="allreduce", type=7, data_deps=[299, 5], start_time_micros=7, duration_micros=3,
+                   attr=[pb.AttributeProto(name="comm_type", int64_val=0),
+                         pb.AttributeProto(name="pg_name", string_val="2")])
+    body = node.SerializeToString()
+    decoder = NodeDecoder()
+    values, deps, ctrl_deps, shape, per_rank, spans = decoder.recipe_by_head(body)
+    assert values[:4] == (300, "allreduce", 7, 3000) and deps == (299, 5) and ctrl_deps == ()
+    assert shape is None and spans is None  # a measured start keeps the rank on its own list
+    assert node_head(body, {})[:6] == (300, "allreduce", 7, (), (299, 5), 7)
+    assert node_head(b"\x08\x00" + body, {}) is None  # an id of 0 protobuf would not write
+    assert node_head(b"\x08\xac\x82\x00" + body[3:], {}) is None  # 300 in three bytes
+    assert decoder.recipe_by_head(body + b"\x08\x05") is None  # a second id: protobuf keeps the last
+
+
+def test_a_node_with_a_bad_attribute_is_named_by_protobuf_route():
+    node = pb.Node(id=4, name="ar", type=7, attr=[pb.AttributeProto(name="comm_type", int64_val=42)])
+    body = node.SerializeToString()
+    assert NodeDecoder().recipe_by_head(body) is None
+    with pytest.raises(InputError, match=r"w\.0\.et: byte 7: node 4 'ar': comm_type 42 is not a CollectiveCommType"):
+        NodeDecoder().recipe_by_protobuf(body, Path("w.0.et"), 7)
