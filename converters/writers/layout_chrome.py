@@ -53,7 +53,7 @@ import math
 import operator
 from array import array
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import compress, count, islice, repeat
 from typing import Any, Callable
 
 from ..diagnostics import Diagnostics, UsageError
@@ -252,6 +252,21 @@ def clean_arg(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)
+
+
+def lookup_encoded(cache: dict, keys: list, values: list, encode) -> list[bytes]:
+    """`cache[key]` for every key, encoding `values[j]` for the keys not cached yet.
+
+    Lookups run in C (`map`); only the misses, a few per rank, go through Python.
+    """
+    texts = list(map(cache.get, keys))
+    for j in compress(count(), map(operator.is_, texts, repeat(None))):
+        key = keys[j]
+        text = cache.get(key)  # an earlier miss in this list may have encoded it
+        if text is None:
+            text = cache[key] = encode(values[j])
+        texts[j] = text
+    return texts
 
 
 # ---------------------------------------------------------------- which ranks to draw

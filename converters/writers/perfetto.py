@@ -40,7 +40,9 @@ from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 from ..diagnostics import Diagnostics
 from ..timeline import Timeline
 from .atomic import atomic_file
-from .layout_chrome import FLOW_IN, Layout, Plan, Process, paused_gc, plan_trace, report_iteration
+from .layout_chrome import (
+    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, Layout, Plan, Process, lookup_encoded, paused_gc, plan_trace, report_iteration,
+)
 
 SEQUENCE_ID = 1
 _BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
@@ -112,6 +114,9 @@ _TRACK_UUID = b"\x58"
 _END_HEAD = _END_TYPE + _TRACK_UUID
 _FLOW_IDS = b"\xf9\x02"  # varint 377 = 47 << 3 | 1
 _TERMINATING_FLOW_IDS = b"\x81\x03"  # varint 385 = 48 << 3 | 1
+# the tag of a begin's flow id, by direction (a chain's middle link goes on, as its start does)
+_FLOW_TAGS = tuple({FLOW_NONE: b"", FLOW_OUT: _FLOW_IDS, FLOW_IN: _TERMINATING_FLOW_IDS, FLOW_STEP: _FLOW_IDS}[d] for d in range(4))
+_FLOW_ID = struct.Struct("<Q")  # fixed64
 _SMALL_VARINTS = [bytes([n]) for n in range(128)]
 PID_BITS = 21  # thread track uuid = pid | slot << PID_BITS
 PID_FIELD_SIZE = PID_BITS // 7  # bytes of the pid part of a thread uuid's varint
@@ -131,14 +136,15 @@ def varint(n: int) -> bytes:
 
 
 class _Prefixed(dict):
-    """n -> `prefix + varint(n)`, made when first asked for (packet and event lengths repeat)."""
+    """n -> `prefix + varint(n) + suffix`, made when first asked for (lengths and slots repeat)."""
 
-    def __init__(self, prefix: bytes):
+    def __init__(self, prefix: bytes, suffix: bytes = b""):
         super().__init__()
         self.prefix = prefix
+        self.suffix = suffix
 
     def __missing__(self, n: int) -> bytes:
-        text = self[n] = self.prefix + varint(n)
+        text = self[n] = self.prefix + varint(n) + self.suffix
         return text
 
 
@@ -167,12 +173,14 @@ class _EventEncoder:
         self.new_names: list[str] = []  # interned since the last interning packet
         self.new_arg_names: list[str] = []
         self.annotations = _Annotations(self.arg_names, self.intern_arg_name)
-        self.begins: dict[tuple[str, int], tuple[dict, bytes]] = {}  # (name, id(args)) -> (args, head)
+        self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> see `begin_heads`
+        self.pinned: list[dict[str, Any]] = []  # the args of `begins`
         self.begin_bytes = 0
         self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
         self.event_heads = _Prefixed(_SEQUENCE + _TRACK_EVENT)  # event length -> what precedes the event
         self.stamps = _Prefixed(b"\x40")  # ts -> the timestamp field
-        self.slot_tails: dict[int, bytes] = {}  # slot -> its varint and the sequence flags
+        self.slot_tails = _Prefixed(b"", suffix=_FLAGS)  # slot -> its varint and the sequence flags
+        self.slot_varints = _Prefixed(b"")
 
     # -- interning
 
@@ -216,27 +224,44 @@ class _EventEncoder:
 
     def member_parts(self, columns: _Columns, process: Process, pid: bytes) -> list[bytes]:
         """A process drawn with a shared layout: the layout's framing (made from its first
-        process, without flows) with this pid, and the events that differ framed again."""
+        process, without flows) with this pid, and the begins that differ framed again."""
         if columns.parts is None:
             columns.reference = (process.names, process.slice_args)
             columns.ref_heads = columns.heads(self, process.names, process.slice_args)
             columns.parts = self.frame(columns.stamps, columns.ref_heads, pid, columns.slot_tails(self))
         parts = list(columns.parts)
         parts[4::_PIECES_PER_PACKET] = [pid] * columns.size
-        ref_names, ref_args = columns.reference
         names, args = process.names, process.slice_args
-        redo = set(process.flows)  # positions whose begin differs from the reference's
-        for mine, theirs in ((names, ref_names), (args, ref_args)):
+        own: set[int] = set()  # positions whose name or args are not the reference's
+        for mine, theirs in zip((names, args), columns.reference):
             if mine is not theirs:
-                redo.update(compress(count(), map(operator.is_not, mine, theirs)))
-        event_of, slots, stamps = columns.begin_event, columns.slots, columns.stamps
-        for i in sorted(redo):
-            k = event_of[i]
-            head = self.begin_head(names[i], args[i])
-            tail = self.begin_tail(slots[k], process.flows.get(i, 0))
-            at = k * _PIECES_PER_PACKET
-            parts[at:at + _PIECES_PER_PACKET] = self.frame([stamps[k]], [head], pid, [tail])
+                own.update(compress(count(), map(operator.is_not, mine, theirs)))
+        flows = process.flows
+        redo = sorted(own.union(flows))
+        if redo:
+            self.reframe(parts, columns, process, pid, redo, own)
         return parts
+
+    def reframe(self, parts: list[bytes], columns: _Columns, process: Process, pid: bytes, positions: list[int],
+                own: set[int]) -> None:
+        """Frame again, in `parts`, the begins at these positions: with this process's flows, and
+        with its own name and args at the positions in `own`."""
+        events = list(map(columns.begin_event.__getitem__, positions))
+        heads = list(map(columns.ref_heads.__getitem__, events))
+        differ = [j for j, i in enumerate(positions) if i in own]
+        if differ:
+            mine = [positions[j] for j in differ]
+            names, args = process.names, process.slice_args
+            new_heads = self.begin_heads(list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
+            for j, head in zip(differ, new_heads):
+                heads[j] = head
+        codes = list(map(process.flows.get, positions, repeat(0)))
+        tails = self.begin_tails(list(map(columns.slots.__getitem__, events)), codes)
+        framed = self.frame(list(map(columns.stamps.__getitem__, events)), heads, pid, tails)
+        width = _PIECES_PER_PACKET
+        starts = [k * width for k in events]
+        for piece in (0, 2, 3, 5):  # the timestamp (1) is the layout's; the pid (4) is set
+            list(map(parts.__setitem__, map(operator.add, starts, repeat(piece)), framed[piece::width]))
 
     def frame(self, stamps: list[bytes], heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
         """The pieces of one packet per (timestamp field, head, tail), all with this pid."""
@@ -256,35 +281,31 @@ class _EventEncoder:
         parts[5::_PIECES_PER_PACKET] = tails
         return parts
 
-    def slot_tail(self, slot: int) -> bytes:
-        tail = self.slot_tails.get(slot)
-        if tail is None:
-            tail = self.slot_tails[slot] = varint(slot) + _FLAGS
-        return tail
+    def begin_tails(self, slots: list[int], codes: list[int]) -> list[bytes]:
+        """The slot, the flow (`code`: see `layout_chrome.flow_of`; 0 for none) and the flags, per begin."""
+        slot_varints = map(self.slot_varints.__getitem__, slots)
+        tags = map(_FLOW_TAGS.__getitem__, map(operator.and_, codes, repeat(3)))
+        ids = [_FLOW_ID.pack(code >> 2) if code else b"" for code in codes]
+        return list(map(b"".join, zip(slot_varints, tags, ids, repeat(_FLAGS))))
 
-    def begin_tail(self, slot: int, code: int) -> bytes:
-        """The slot, the flow (`code`: see `layout_chrome.flow_of`; 0 for none) and the flags."""
-        if not code:
-            return self.slot_tail(slot)
-        tag = _TERMINATING_FLOW_IDS if code & 3 == FLOW_IN else _FLOW_IDS
-        return varint(slot) + tag + struct.pack("<Q", code >> 2) + _FLAGS
-
-    def begin_head(self, name: str, args: dict[str, Any]) -> bytes:
-        """TrackEvent fields 4 (debug annotations), 9 (type) and 10 (name_iid), then the track_uuid tag."""
-        key = (name, id(args))
-        found = self.begins.get(key)
-        if found is not None and found[0] is args:  # the dict is kept with its text: its id is not reused
-            return found[1]
-        iid = self.names.get(name) or self.intern_name(name)
-        head = self.annotations(args) + _BEGIN_TYPE + b"\x50" + varint(iid) + _TRACK_UUID
+    def begin_heads(self, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
+        """TrackEvent fields 4 (debug annotations), 9 (type) and 10 (name_iid), then the
+        track_uuid tag, for each (name, args); each distinct pair is encoded once."""
         if self.begin_bytes > BEGIN_CACHE_BYTES:
             self.forget_begins()
-        self.begins[key] = (args, head)
+        return lookup_encoded(self.begins, list(zip(names, map(id, args))), list(zip(names, args)), self.new_begin)
+
+    def new_begin(self, name_and_args: tuple[str, dict[str, Any]]) -> bytes:
+        name, args = name_and_args
+        self.pinned.append(args)  # kept while its encoding is: no other dict gets its id
+        iid = self.names.get(name) or self.intern_name(name)
+        head = self.annotations(args) + _BEGIN_TYPE + b"\x50" + varint(iid) + _TRACK_UUID
         self.begin_bytes += len(head)
         return head
 
     def forget_begins(self) -> None:
         self.begins.clear()
+        self.pinned.clear()
         self.begin_bytes = 0
 
     def finished(self, layout: Layout) -> None:
@@ -342,20 +363,21 @@ class _Columns:
     def heads(self, encoder: _EventEncoder, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         heads = [_END_HEAD] * self.size
         positions = self.begin_positions
-        begin_heads = map(encoder.begin_head, map(names.__getitem__, positions), map(args.__getitem__, positions))
+        begin_heads = encoder.begin_heads(list(map(names.__getitem__, positions)), list(map(args.__getitem__, positions)))
         for k, head in zip(self.begin_at, begin_heads):
             heads[k] = head
         return heads
 
     def slot_tails(self, encoder: _EventEncoder) -> list[bytes]:
-        return list(map(encoder.slot_tail, self.slots))
+        return list(map(encoder.slot_tails.__getitem__, self.slots))
 
     def tails(self, encoder: _EventEncoder, process: Process) -> list[bytes]:
         tails = self.slot_tails(encoder)
-        event_of, slots = self.begin_event, self.slots
-        for i, code in process.flows.items():
-            k = event_of[i]
-            tails[k] = encoder.begin_tail(slots[k], code)
+        flows = process.flows
+        events = list(map(self.begin_event.__getitem__, flows))
+        flow_tails = encoder.begin_tails(list(map(self.slots.__getitem__, events)), list(flows.values()))
+        for k, tail in zip(events, flow_tails):
+            tails[k] = tail
         return tails
 
 
@@ -414,15 +436,13 @@ class _Annotations:
     def __call__(self, args: dict[str, Any]) -> bytes:
         if not _PLAIN_VALUES.issuperset(map(type, args.values())):
             return b"".join([self.piece(key, value) for key, value in args.items()])
+        if len(self.pieces) >= MAX_ANNOTATION_PIECES:
+            self.pieces.clear()
         items = list(args.items())
-        pieces = list(map(self.pieces.get, items))
-        for j in compress(count(), map(operator.is_, pieces, repeat(None))):
-            key, value = items[j]
-            piece = pieces[j] = self.piece(key, value)
-            if len(self.pieces) >= MAX_ANNOTATION_PIECES:
-                self.pieces.clear()
-            self.pieces[items[j]] = piece
-        return b"".join(pieces)
+        return b"".join(lookup_encoded(self.pieces, items, items, self.item_piece))
+
+    def item_piece(self, item: tuple[str, Any]) -> bytes:
+        return self.piece(*item)
 
     def piece(self, key: str, value: Any) -> bytes:
         iid = self.arg_names.get(key)
