@@ -30,7 +30,7 @@ from __future__ import annotations
 import operator
 import struct
 from collections import Counter
-from itertools import compress, count, repeat
+from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -174,6 +174,7 @@ class _EventEncoder:
         self.new_arg_names: list[str] = []
         self.annotations = _Annotations(self.arg_names, self.intern_arg_name)
         self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> see `begin_heads`
+        self.name_fields = _NameFields(self)  # name -> the fields after the annotations
         self.pinned: list[dict[str, Any]] = []  # the args of `begins`
         self.begin_bytes = 0
         self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
@@ -290,18 +291,25 @@ class _EventEncoder:
 
     def begin_heads(self, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         """TrackEvent fields 4 (debug annotations), 9 (type) and 10 (name_iid), then the
-        track_uuid tag, for each (name, args); each distinct pair is encoded once."""
+        track_uuid tag, for each (name, args); each distinct pair is encoded once, the new
+        ones together (`new_begins`)."""
         if self.begin_bytes > BEGIN_CACHE_BYTES:
             self.forget_begins()
-        return lookup_encoded(self.begins, list(zip(names, map(id, args))), list(zip(names, args)), self.new_begin)
+        keys = list(zip(names, map(id, args)))
+        heads = list(map(self.begins.get, keys))
+        missing = dict.fromkeys(compress(keys, map(operator.is_, heads, repeat(None))))  # in first-use order
+        if not missing:
+            return heads
+        at = dict(zip(keys, range(len(keys))))  # a key -> where it occurs (any occurrence: same name and dict)
+        new = [at[key] for key in missing]
+        self.begins.update(zip(missing, self.new_begins([names[j] for j in new], [args[j] for j in new])))
+        return list(map(self.begins.__getitem__, keys))
 
-    def new_begin(self, name_and_args: tuple[str, dict[str, Any]]) -> bytes:
-        name, args = name_and_args
-        self.pinned.append(args)  # kept while its encoding is: no other dict gets its id
-        iid = self.names.get(name) or self.intern_name(name)
-        head = self.annotations(args) + _BEGIN_TYPE + b"\x50" + varint(iid) + _TRACK_UUID
-        self.begin_bytes += len(head)
-        return head
+    def new_begins(self, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
+        self.pinned.extend(args)  # kept while their encodings are: no other dict gets their ids
+        heads = list(map(operator.add, self.annotations.many(args), map(self.name_fields.__getitem__, names)))
+        self.begin_bytes += sum(map(len, heads))
+        return heads
 
     def forget_begins(self) -> None:
         self.begins.clear()
@@ -315,6 +323,19 @@ class _EventEncoder:
         """
         layout.cache.pop("perfetto", None)
         self.forget_begins()
+
+
+class _NameFields(dict):
+    """name -> TrackEvent type (begin), name_iid and the track_uuid tag; the name interned when first asked for."""
+
+    def __init__(self, encoder: _EventEncoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def __missing__(self, name: str) -> bytes:
+        iid = self.encoder.intern_name(name)
+        text = self[name] = _BEGIN_TYPE + b"\x50" + varint(iid) + _TRACK_UUID
+        return text
 
 
 class _Columns:
@@ -434,12 +455,24 @@ class _Annotations:
         self.pieces: dict[tuple[str, Any], bytes] = {}
 
     def __call__(self, args: dict[str, Any]) -> bytes:
-        if not _PLAIN_VALUES.issuperset(map(type, args.values())):
-            return b"".join([self.piece(key, value) for key, value in args.items()])
+        return self.many([args])[0]
+
+    def many(self, dicts: list[dict[str, Any]]) -> list[bytes]:
+        """The annotations of each dict: the items of all of them looked up at once."""
+        if not _PLAIN_VALUES.issuperset(map(type, chain.from_iterable(map(dict.values, dicts)))):
+            return list(map(self.unplain, dicts))
         if len(self.pieces) >= MAX_ANNOTATION_PIECES:
             self.pieces.clear()
-        items = list(args.items())
-        return b"".join(lookup_encoded(self.pieces, items, items, self.item_piece))
+        items = list(chain.from_iterable(map(dict.items, dicts)))
+        pieces = lookup_encoded(self.pieces, items, items, self.item_piece)
+        ends = list(accumulate(map(len, dicts)))
+        return list(map(b"".join, map(pieces.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+
+    def unplain(self, args: dict[str, Any]) -> bytes:
+        """A dict with a value of another type (bool, float): by its own items."""
+        if _PLAIN_VALUES.issuperset(map(type, args.values())):
+            return self.many([args])[0]
+        return b"".join([self.piece(key, value) for key, value in args.items()])
 
     def item_piece(self, item: tuple[str, Any]) -> bytes:
         return self.piece(*item)
