@@ -96,3 +96,21 @@ def test_random_traces_reserialize_identically(trace):
     parsed = pb.Trace()
     parsed.ParseFromString(data)
     assert parsed.SerializeToString() == data
+
+
+def test_args_are_built_one_process_at_a_time():
+    """Memory does not grow with the rank count: a process's args are built when it is written
+    and freed before the next one's, and nothing is left cached on the layouts afterwards."""
+    trace, timeline = shared_trace()
+    for tr, tl in ((small_trace(), None), (trace, timeline)):
+        plan = plan_trace(tr, Options(ranks="all"), Diagnostics(), tl)
+        held = []  # at each build: how many processes hold their args
+        for process in plan.processes:
+            def counting(make=process.make_args):
+                held.append(sum(p.made_args is not None for p in plan.processes))
+                return make()
+            process.make_args = counting
+        perfetto.write_plan(plan, io.BytesIO())
+        assert held == [0] * len(plan.processes)
+        assert all(p.made_args is None for p in plan.processes)
+        assert all("perfetto" not in p.layout.cache for p in plan.processes)
