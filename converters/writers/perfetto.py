@@ -179,7 +179,6 @@ class _EventEncoder:
         self.begin_bytes = 0
         self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
         self.event_heads = _Prefixed(_SEQUENCE + _TRACK_EVENT)  # event length -> what precedes the event
-        self.stamps = _Prefixed(b"\x40")  # ts -> the timestamp field
         self.slot_tails = _Prefixed(b"", suffix=_FLAGS)  # slot -> its varint and the sequence flags
         self.slot_varints = _Prefixed(b"")
 
@@ -367,7 +366,8 @@ class _Columns:
                 events.append((ends[top], slot, len(events), 0, top))
         events.sort()
         self.size = len(events)
-        self.stamps = list(map(encoder.stamps.__getitem__, [e[0] for e in events]))
+        # the timestamp field per event; remembered per layout only (a log's ranks each have their own times)
+        self.stamps = list(map(_Prefixed(b"\x40").__getitem__, [e[0] for e in events]))
         self.slots = [e[1] for e in events]
         kinds = [e[3] for e in events]
         positions = [e[4] for e in events]
@@ -492,7 +492,10 @@ def annotation_bytes(args: dict[str, Any], arg_names: dict[str, int]) -> bytes:
 
 
 def _annotation(name_iid: int, value: Any) -> bytes:
-    if isinstance(value, bool):
+    if value.__class__ is str:  # the most common
+        text = value.encode("utf-8")
+        body = b"\x32" + varint(len(text)) + text
+    elif isinstance(value, bool):
         body = b"\x10" + (b"\x01" if value else b"\x00")
     elif isinstance(value, int) and _INT64[0] <= value < _INT64[1]:
         body = b"\x20" + varint(value & 0xFFFF_FFFF_FFFF_FFFF)
