@@ -3,6 +3,7 @@
     python benchmarks/bench_chrome.py                       # SimAI sample, all 1024 ranks, both writers
     python benchmarks/bench_chrome.py --synthetic 1024 5000 # synthetic job: ranks x nodes per rank
     python benchmarks/bench_chrome.py --to chrome           # one writer only
+    python benchmarks/bench_chrome.py --input /tmp/b7       # any input, e.g. the Megatron set of benchmarks/megatron_set.py
 
 SimAI: `samples/simai_tp8_pp16_1024gpu.txt` read and scheduled as `et-convert` does (not
 timed), then drawn with `--ranks all`. Synthetic: TP 8 x PP 16 x DP, one node list per stage
@@ -98,8 +99,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--synthetic", nargs=2, type=int, metavar=("RANKS", "NODES"))
     parser.add_argument("--to", choices=("chrome", "perfetto", "both"), default="both")
+    parser.add_argument("--input", type=Path, help="read this input (files or a folder) instead")
     args = parser.parse_args()
-    if args.synthetic:
+    if args.input:
+        trace = read(args.input, diagnostics=Diagnostics())
+        timeline = schedule(trace)
+        label = f"{args.input.name}, {len(trace.ranks)} ranks ({timeline.kind} times)"
+    elif args.synthetic:
         trace, timeline = synthetic(*args.synthetic)
         label = f"synthetic {len(trace.ranks)} ranks x {args.synthetic[1]} nodes"
     else:

@@ -63,11 +63,27 @@ def test_same_slices_names_and_flows_as_json(tmp_path):
     assert pf_processes == {1: "rank 0 · stage 0", 2: "rank 1 · stage 0", 3: "rank 2 · stage 1", 4: "rank 3 · stage 1"}
 
 
+def pid_of(tracks, packet) -> int:
+    return tracks[packet.track_event.track_uuid].thread.pid
+
+
+def assert_written_process_by_process(tracks, events) -> None:
+    """Each process's events are one block, in pid order, with timestamps ascending inside it
+    (Perfetto sorts all packets by time itself; only a track's own order matters)."""
+    pids = [pid_of(tracks, p) for p in events]
+    blocks = [pid for k, pid in enumerate(pids) if k == 0 or pids[k - 1] != pid]
+    assert blocks == sorted(set(pids))
+    by_pid = defaultdict(list)
+    for pid, p in zip(pids, events):
+        by_pid[pid].append(p.timestamp)
+    for stamps in by_pid.values():
+        assert stamps == sorted(stamps)
+
+
 def test_slices_nest_per_track_and_times_are_sorted(tmp_path):
     trace, obj = both(tmp_path)
     _, _, tracks, events = decoded(trace)
-    stamps = [p.timestamp for p in events]
-    assert stamps == sorted(stamps)
+    assert_written_process_by_process(tracks, events)
     open_per_track = defaultdict(int)
     for p in events:
         uuid = p.track_event.track_uuid
@@ -113,6 +129,25 @@ def test_interned_state_and_sequence(tmp_path):
     for p in trace.packet:
         if p.HasField("track_event"):
             assert p.sequence_flags == pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+    assert_interned_before_use(trace)
+    interned = [p for p in trace.packet if p.HasField("interned_data")]
+    # rank 0 brings 6 names and 12 arg names, rank 1 one name; ranks 2 and 3 use only names seen before
+    assert [(len(p.interned_data.event_names), len(p.interned_data.debug_annotation_names)) for p in interned] == [
+        (6, 12), (1, 0)]
+    assert sum(len(p.interned_data.event_names) for p in interned) == len(decoded(trace)[0])
+
+
+def assert_interned_before_use(trace: pb.Trace) -> None:
+    """Every name and arg name is interned once, with the next iid, in a packet before its first use."""
+    names, arg_names = {}, {}
+    for p in trace.packet:
+        for table, entries in ((names, p.interned_data.event_names), (arg_names, p.interned_data.debug_annotation_names)):
+            for e in entries:
+                assert e.iid == len(table) + 1 and e.name not in table.values()
+                table[e.iid] = e.name
+        if p.HasField("track_event") and p.track_event.type == BEGIN:
+            assert p.track_event.name_iid in names
+            assert all(a.name_iid in arg_names for a in p.track_event.debug_annotations)
 
 
 def test_deterministic_bytes(tmp_path):
@@ -189,12 +224,11 @@ def test_random_traces_nest_and_agree(tmp_path_factory, trace):
     parsed = pb.Trace()
     parsed.ParseFromString(pf.read_bytes())
     _, _, tracks, events = decoded(parsed)
+    assert_written_process_by_process(tracks, events)
+    assert_interned_before_use(parsed)
     stacks = defaultdict(list)
     spans = []
-    last_ts = -1
     for p in events:
-        assert p.timestamp >= last_ts
-        last_ts = p.timestamp
         ev = p.track_event
         if ev.type == BEGIN:
             stacks[ev.track_uuid].append(p.timestamp)

@@ -77,18 +77,16 @@ def test_shared_layouts_keep_each_ranks_track_args_and_flows():
     assert sum(1 for v in expected.values() for e in v if e[3]) == sum(len(p.flows) for p in plan.processes) > 0
 
 
-def test_events_are_in_time_then_thread_order():
-    """Across ranks with different layouts: timestamps ascend, and at one timestamp tids do."""
+def test_events_are_in_time_then_thread_order_per_process():
+    """Process after process; inside one, timestamps ascend, and at one timestamp tids do."""
     trace, timeline = shared_trace()
     parsed = pb.Trace()
     parsed.ParseFromString(written(trace, timeline))
     _, _, tracks, events = decoded(parsed)
-    keys = [(p.timestamp, tracks[p.track_event.track_uuid].thread.tid) for p in events]
+    keys = [(tracks[p.track_event.track_uuid].thread.pid, p.timestamp, tracks[p.track_event.track_uuid].thread.tid)
+            for p in events]
     assert keys == sorted(keys)
-    stamps = [k[0] for k in keys]
-    # both stages have slices at some common timestamps, so the interleaving is exercised
-    common = {ts for ts in stamps if len({tid // 1000 > 4 for t, tid in keys if t == ts}) == 2}
-    assert common
+    assert len({k[0] for k in keys}) == len(trace.ranks)
 
 
 @settings(max_examples=40, deadline=None)
@@ -98,3 +96,21 @@ def test_random_traces_reserialize_identically(trace):
     parsed = pb.Trace()
     parsed.ParseFromString(data)
     assert parsed.SerializeToString() == data
+
+
+def test_args_are_built_one_process_at_a_time():
+    """Memory does not grow with the rank count: a process's args are built when it is written
+    and freed before the next one's, and nothing is left cached on the layouts afterwards."""
+    trace, timeline = shared_trace()
+    for tr, tl in ((small_trace(), None), (trace, timeline)):
+        plan = plan_trace(tr, Options(ranks="all"), Diagnostics(), tl)
+        held = []  # at each build: how many processes hold their args
+        for process in plan.processes:
+            def counting(make=process.make_args):
+                held.append(sum(p.made_args is not None for p in plan.processes))
+                return make()
+            process.make_args = counting
+        perfetto.write_plan(plan, io.BytesIO())
+        assert held == [0] * len(plan.processes)
+        assert all(p.made_args is None for p in plan.processes)
+        assert all("perfetto" not in p.layout.cache for p in plan.processes)

@@ -23,7 +23,7 @@ import gzip
 import math
 import operator
 from collections import Counter
-from itertools import compress, count, repeat
+from itertools import compress, count
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -32,7 +32,9 @@ import orjson
 from ..diagnostics import Diagnostics
 from ..timeline import Timeline
 from .atomic import atomic_file
-from .layout_chrome import FLOW_IN, FLOW_OUT, FLOW_STEP, TID_STRIDE, Plan, Process, paused_gc, plan_trace, report_iteration
+from .layout_chrome import (
+    FLOW_IN, FLOW_OUT, FLOW_STEP, TID_STRIDE, Plan, Process, lookup_encoded, paused_gc, plan_trace, report_iteration,
+)
 
 LARGE_JSON = 1_000_000_000
 SIZE_SAMPLE_SLICES = 10_000  # slices printed ahead to estimate the JSON's size
@@ -207,7 +209,7 @@ class _SliceEncoder:
             return orjson.dumps(name) + b',"args":'
 
         names = layout.drawn(process.names)
-        texts = _lookup(self.name_text, names, names, encode)
+        texts = lookup_encoded(self.name_text, names, names, encode)
         self.last_names = (layout, process.names, texts)
         return texts
 
@@ -246,22 +248,7 @@ class _SliceEncoder:
             self.args_kept.append(a)
             return text
 
-        return _lookup(self.args_text, list(map(id, args)), args, encode)
-
-
-def _lookup(cache: dict, keys: list, values: list, encode) -> list[bytes]:
-    """`cache[key]` for every key, encoding `values[j]` for the keys not cached yet.
-
-    Lookups run in C (`map`); only the misses, a few per rank, go through Python.
-    """
-    texts = list(map(cache.get, keys))
-    for j in compress(count(), map(operator.is_, texts, repeat(None))):
-        key = keys[j]
-        text = cache.get(key)  # an earlier miss in this list may have encoded it
-        if text is None:
-            text = cache[key] = encode(values[j])
-        texts[j] = text
-    return texts
+        return lookup_encoded(self.args_text, list(map(id, args)), args, encode)
 
 
 def _drawn_index(layout) -> list[int]:

@@ -53,7 +53,7 @@ import math
 import operator
 from array import array
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import compress, count, islice, repeat
 from typing import Any, Callable
 
 from ..diagnostics import Diagnostics, UsageError
@@ -254,6 +254,21 @@ def clean_arg(value: Any) -> Any:
     return str(value)
 
 
+def lookup_encoded(cache: dict, keys: list, values: list, encode) -> list[bytes]:
+    """`cache[key]` for every key, encoding `values[j]` for the keys not cached yet.
+
+    Lookups run in C (`map`); only the misses, a few per rank, go through Python.
+    """
+    texts = list(map(cache.get, keys))
+    for j in compress(count(), map(operator.is_, texts, repeat(None))):
+        key = keys[j]
+        text = cache.get(key)  # an earlier miss in this list may have encoded it
+        if text is None:
+            text = cache[key] = encode(values[j])
+        texts[j] = text
+    return texts
+
+
 # ---------------------------------------------------------------- which ranks to draw
 
 
@@ -442,8 +457,9 @@ class _Template:
     while a rank drawn with this list still has to build its own (`users`).
     """
 
-    def __init__(self, nodes, draw_waits: bool):
+    def __init__(self, nodes, draw_waits: bool, cleaned: _CleanedArgs):
         self.nodes = nodes
+        self.cleaned = cleaned
         n = len(nodes)
         self.names: list[str | None] = [None] * n  # None: depends on the rank (comm node without a name)
         comm_names: dict[tuple[str, int], str] = {}  # one string per distinct name and size
@@ -489,7 +505,7 @@ class _Template:
         found = self.stage_args.get(stage)
         if found is None:
             if self.base_args is None:
-                self.base_args = [node_args(node) for node in self.nodes]
+                self.base_args = [node_args(node, self.cleaned) for node in self.nodes]
             found = self.base_args if stage is None else [with_stage(base, stage) for base in self.base_args]
             self.stage_args[stage] = found
         return found
@@ -553,6 +569,7 @@ class _Planner:
         self.group_thread: dict[int | None, str] = {}
         self.group_extra: dict[int | None, dict[str, Any]] = {}  # group and members args of a group
         self.templates: dict[int, _Template] = {}  # id(node list) -> template
+        self.cleaned = _CleanedArgs()  # node.args made flat and typed, shared by the templates
         # comm slices for flows (ints, see _POSITION_BITS), filled by place_rank in program order
         self.sends: dict[tuple, list[int]] = {}  # (src, dst, tag) -> sends
         self.recvs: dict[tuple, list[int]] = {}  # (src, dst, tag) -> receives
@@ -562,7 +579,7 @@ class _Planner:
     def template(self, nodes) -> _Template:
         found = self.templates.get(id(nodes))
         if found is None or found.nodes is not nodes:
-            found = self.templates[id(nodes)] = _Template(nodes, self.draw_waits)
+            found = self.templates[id(nodes)] = _Template(nodes, self.draw_waits, self.cleaned)
         return found
 
     # -- per rank
@@ -893,8 +910,12 @@ def op_name(coll) -> str:
     return coll.name.lower()
 
 
-def node_args(node) -> dict[str, Any]:
-    """Args that are the same for every rank sharing this node."""
+def node_args(node, cleaned: _CleanedArgs | None = None) -> dict[str, Any]:
+    """Args that are the same for every rank sharing this node.
+
+    `cleaned`: `node.args` made flat and typed once per dict (builders share one dict
+    between many nodes) instead of once per node.
+    """
     args: dict[str, Any] = {"node": node.id}
     if node.is_comm:
         args["bytes"] = node.size
@@ -906,13 +927,45 @@ def node_args(node) -> dict[str, Any]:
         args["microbatch"] = node.microbatch
     if node.source:
         args["source"] = node.source
-    for key, value in node.args.items():
-        if key in args:
-            continue
-        value = clean_arg(value)
-        if value is not None:
-            args[str(key)] = value
+    extra = cleaned(node.args) if cleaned is not None and node.args else None
+    if extra is None:  # not cached: item by item (keys of any type)
+        for key, value in node.args.items():
+            if key in args:
+                continue
+            value = clean_arg(value)
+            if value is not None:
+                args[str(key)] = value
+    elif args.keys().isdisjoint(extra):
+        args.update(extra)
+    else:  # the node's own fields come first and win
+        args.update({key: value for key, value in extra.items() if key not in args})
     return args
+
+
+class _CleanedArgs(dict):
+    """id(node.args) -> (that dict, its items with `clean_arg` values, Nones dropped).
+
+    Only dicts with str keys are cleaned this way (None for others: `node_args` then goes
+    item by item); each dict is kept with its entry, so its id cannot be another's.
+    """
+
+    MAX_ENTRIES = 1 << 16
+
+    def __call__(self, raw: dict) -> dict[str, Any] | None:
+        found = self.get(id(raw))
+        if found is not None and found[0] is raw:
+            return found[1]
+        if len(self) >= self.MAX_ENTRIES:
+            self.clear()
+        extra: dict[str, Any] | None = None
+        if all(type(key) is str for key in raw):
+            extra = {}
+            for key, value in raw.items():
+                value = clean_arg(value)
+                if value is not None:
+                    extra[key] = value
+        self[id(raw)] = (raw, extra)
+        return extra
 
 
 def report_iteration(plan: Plan, diagnostics: Diagnostics) -> None:

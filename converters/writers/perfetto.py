@@ -2,28 +2,37 @@
 
 Same processes, threads, slices, args and flows as the Chrome JSON writer (both come from
 `layout_chrome.plan_trace`). The first packets are built with the `perfetto` package's
-schema and `TraceProtoBuilder`; the millions of slice events are framed from bytes that
-protobuf encoded once per distinct begin (see "slice events" below), written in chunks
-(concatenated Trace messages are one Trace), so packets never all sit in memory at once.
+schema and `TraceProtoBuilder`; the millions of slice events are framed by hand from bytes
+encoded once (see "slice events" below) and written one process (rank) at a time, so a
+rank's args are built, written and freed before the next rank's (as the JSON writer does).
 
 Packet stream (one trusted sequence):
-1. a packet that clears incremental state and interns every slice name and arg name;
+1. a packet that clears incremental state;
 2. a track descriptor per process (pid, name, sort index; uuid 2^40 + pid) and per thread
    (pid, tid, name, sort index; uuid pid | slot << 21, see `thread_uuid`);
-3. TYPE_SLICE_BEGIN / TYPE_SLICE_END events in time order, begins and ends of one thread in
+3. per process, in plan order: a packet interning the slice names and arg names this
+   process uses first (iids count from 1 across the trace, in first-use order), then its
+   TYPE_SLICE_BEGIN / TYPE_SLICE_END events in time order, begins and ends of one thread in
    proper nesting order (an end at t comes before a begin at t). Args are debug annotations;
    flows are `flow_ids` on the begin event (a chain's start and middle links) and
    `terminating_flow_ids` (its end), so Perfetto draws the same arrows as from the JSON.
-Timestamps are integer ns from the trace origin. No wall-clock or hash order: same trace,
-same bytes.
+
+Events are in time order per process, not across processes: Perfetto's trace processor
+sorts every packet by timestamp before parsing, keeping file order among equal timestamps
+(its sorter compares (timestamp, position in the file)), so only the order of one track's
+events matters, and interned data is read in file order, before the events that use it.
+Flow ids are global to the trace. Timestamps are integer ns from the trace origin. No
+wall-clock or hash order: same trace, same bytes.
 """
 
 from __future__ import annotations
 
-import heapq
+import operator
 import struct
+from collections import Counter
+from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
@@ -31,10 +40,11 @@ from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 from ..diagnostics import Diagnostics
 from ..timeline import Timeline
 from .atomic import atomic_file
-from .layout_chrome import FLOW_IN, Layout, Plan, Process, flow_of, paused_gc, plan_trace, report_iteration
+from .layout_chrome import (
+    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, Layout, Plan, Process, lookup_encoded, paused_gc, plan_trace, report_iteration,
+)
 
 SEQUENCE_ID = 1
-CHUNK = 60_000  # pieces of packets per write
 _BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 _END = pb.TrackEvent.TYPE_SLICE_END
 _NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -54,39 +64,46 @@ def write_plan(plan: Plan, out: BinaryIO) -> None:
 
 
 def write_packets(plan: Plan, out: BinaryIO) -> None:
-    names, arg_names = intern_tables(plan)
     builder = TraceProtoBuilder()
-    fill_interning_packet(builder.add_packet(), names, arg_names)
+    start = builder.add_packet()
+    start.trusted_packet_sequence_id = SEQUENCE_ID
+    start.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
     add_descriptor_packets(builder, plan)
     out.write(builder.serialize())
-    encoder = _EventEncoder(names, arg_names)
-    buffer: list[bytes] = []
-    for ts, runs in ordered_runs(plan, encoder):
-        stamp = b"\x40" + varint(ts)
-        encoder.new_timestamp()
-        for member, run, shared in runs:
-            encoder.add_run(buffer, member, stamp, run, shared)
-        if len(buffer) >= CHUNK:
-            out.write(b"".join(buffer))
-            buffer.clear()
-    out.write(b"".join(buffer))
+    encoder = _EventEncoder()
+    left = Counter(id(process.layout) for process in plan.processes)  # processes still to write per layout
+    for process in plan.processes:
+        layout = process.layout
+        events = encoder.process_bytes(process, shared=left[id(layout)] > 1 or "perfetto" in layout.cache)
+        out.write(encoder.interning_packet())  # the names this process is first to use, before its events
+        out.write(events)
+        process.release()  # one process's args at a time (a log has a dict per node)
+        left[id(layout)] -= 1
+        if not left[id(layout)]:
+            encoder.finished(layout)
 
 
 # ---------------------------------------------------------------- slice events, encoded by hand
 #
-# Millions of begin/end packets through protobuf objects cost several µs each, but they come
-# in few shapes: ranks drawn with one layout have the same events at the same times, and
-# most of their packets differ only in the track. So protobuf encodes each distinct begin
-# (name and args) once, and the packets are framed here from those bytes, in the field
-# order protobuf itself writes. Track uuids are chosen so that the track_uuid varint is the
-# pid's 3 bytes followed by the slot's (`thread_uuid`): one packet's bytes then serve every
-# rank of a layout, with only those 3 bytes spliced in (`shared` pieces). Packets that do
-# differ between ranks (a flow, or group-specific args) are encoded for their rank.
+# Millions of begin/end packets through protobuf objects cost several µs each. Here each
+# distinct begin (name and args) is encoded once (`begin_head`), and the packets of a process
+# are framed column by column (`frame`: lengths and their varints through `map`, the pieces
+# joined once), in the field order protobuf itself writes. Track uuids are chosen so that
+# the track_uuid varint is the pid's 3 bytes followed by the slot's (`thread_uuid`): ranks
+# drawn with one layout (the ranks of a stage in a scheduled trace) reuse one framing of
+# the layout with only those 3 bytes replaced, and reframe only the events that differ (a
+# flow, or args of their own).
+#
+# A packet is 6 pieces:
+#   [Trace.packet tag, packet length] [timestamp field] [sequence id, track_event tag,
+#   event length] [TrackEvent fields before track_uuid, track_uuid tag] [pid's 3 bytes]
+#   [slot varint, any flow id, sequence_flags]
 #
 # Tags are (field number << 3) | wire type, from perfetto_trace.proto: Trace.packet = 1
 # (message); TracePacket: timestamp = 8 (varint), trusted_packet_sequence_id = 10 (varint),
 # track_event = 11 (message), sequence_flags = 13 (varint); TrackEvent: type = 9 (varint),
-# track_uuid = 11 (varint), flow_ids = 47 (fixed64), terminating_flow_ids = 48 (fixed64).
+# name_iid = 10 (varint), track_uuid = 11 (varint), flow_ids = 47 (fixed64),
+# terminating_flow_ids = 48 (fixed64).
 
 _PACKET = b"\x0a"  # Trace.packet
 _SEQUENCE = b"\x50" + bytes([SEQUENCE_ID])  # trusted_packet_sequence_id
@@ -94,11 +111,16 @@ _TRACK_EVENT = b"\x5a"
 _FLAGS = b"\x68" + bytes([_NEEDS_STATE])  # sequence_flags
 _END_TYPE = b"\x48" + bytes([_END])  # TrackEvent.type = TYPE_SLICE_END
 _TRACK_UUID = b"\x58"
+_END_HEAD = _END_TYPE + _TRACK_UUID
 _FLOW_IDS = b"\xf9\x02"  # varint 377 = 47 << 3 | 1
 _TERMINATING_FLOW_IDS = b"\x81\x03"  # varint 385 = 48 << 3 | 1
+# the tag of a begin's flow id, by direction (a chain's middle link goes on, as its start does)
+_FLOW_TAGS = tuple({FLOW_NONE: b"", FLOW_OUT: _FLOW_IDS, FLOW_IN: _TERMINATING_FLOW_IDS, FLOW_STEP: _FLOW_IDS}[d] for d in range(4))
+_FLOW_ID = struct.Struct("<Q")  # fixed64
 _SMALL_VARINTS = [bytes([n]) for n in range(128)]
 PID_BITS = 21  # thread track uuid = pid | slot << PID_BITS
 PID_FIELD_SIZE = PID_BITS // 7  # bytes of the pid part of a thread uuid's varint
+_PIECES_PER_PACKET = 6
 
 
 def varint(n: int) -> bytes:
@@ -113,6 +135,19 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
+class _Prefixed(dict):
+    """n -> `prefix + varint(n) + suffix`, made when first asked for (lengths and slots repeat)."""
+
+    def __init__(self, prefix: bytes, suffix: bytes = b""):
+        super().__init__()
+        self.prefix = prefix
+        self.suffix = suffix
+
+    def __missing__(self, n: int) -> bytes:
+        text = self[n] = self.prefix + varint(n) + self.suffix
+        return text
+
+
 def thread_uuid(pid: int, slot: int) -> int:
     """A thread's track uuid: unique, and its varint is `pid_bytes(pid) + varint(slot)`."""
     return pid | slot << PID_BITS
@@ -125,163 +160,246 @@ def pid_bytes(pid: int) -> bytes:
     return bytes([pid & 0x7F | 0x80, pid >> 7 & 0x7F | 0x80, pid >> 14 & 0x7F | 0x80])
 
 
-def packet_pieces(stamp: bytes, head: bytes, tail: bytes) -> tuple[bytes, bytes]:
-    """A framed TracePacket as (before, after) its 3 pid bytes.
-
-    `head`: the TrackEvent fields before track_uuid; `tail`: the slot varint and any flow.
-    """
-    event_size = len(head) + 1 + PID_FIELD_SIZE + len(tail)
-    event_len = varint(event_size)
-    packet_size = len(stamp) + len(_SEQUENCE) + 1 + len(event_len) + event_size + len(_FLAGS)
-    before = b"".join((_PACKET, varint(packet_size), stamp, _SEQUENCE, _TRACK_EVENT, event_len, head, _TRACK_UUID))
-    return before, tail + _FLAGS
-
-
-BEGIN_CACHE_BYTES = 32 << 20  # encoded begins kept for reuse by the next ranks
-
-
-class _Member:
-    """A process being written: its pid bytes, and which of its begins its layout's shared
-    packets do not describe (`own`: 1 per position with a flow, or a name or args of its own)."""
-
-    __slots__ = ("process", "pid", "own", "flows")
-
-    def __init__(self, process: Process, reference: Process | None):
-        self.process = process
-        self.pid = pid_bytes(process.pid)
-        self.flows = process.flow_codes()  # 8 B a slice: every process is kept while writing
-        n = process.slice_count
-        if reference is None:
-            self.own = b"\x01" * n
-            return
-        own = bytearray(n)
-        for i in process.flow_pairs[::2]:  # positions with a flow
-            own[i] = 1
-        for mine, theirs in ((process.names, reference.names), (process.slice_args, reference.slice_args)):
-            if mine is not theirs:
-                for i, (a, b) in enumerate(zip(mine, theirs)):
-                    if a is not b:
-                        own[i] = 1
-        self.own = bytes(own)
+BEGIN_CACHE_BYTES = 32 << 20  # encoded begins kept for reuse by the next ranks of a layout
+_PLAIN_VALUES = frozenset({str, int})  # arg values whose (key, value) names one encoding (True == 1)
 
 
 class _EventEncoder:
-    def __init__(self, names: dict[str, int], arg_names: dict[str, int]):
-        self.names = names
-        self.arg_names = arg_names
-        self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> TrackEvent type, name, args
+    """Frames the events of one process after another; interns names as they first appear."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}  # slice name -> iid
+        self.arg_names: dict[str, int] = {}  # arg name -> iid
+        self.new_names: list[str] = []  # interned since the last interning packet
+        self.new_arg_names: list[str] = []
+        self.annotations = _Annotations(self.arg_names, self.intern_arg_name)
+        self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> see `begin_heads`
+        self.name_fields = _NameFields(self)  # name -> the fields after the annotations
+        self.pinned: list[dict[str, Any]] = []  # the args of `begins`
         self.begin_bytes = 0
-        self.at_stamp: dict[tuple, tuple[bytes, bytes]] = {}  # see `own_begin`
+        self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
+        self.event_heads = _Prefixed(_SEQUENCE + _TRACK_EVENT)  # event length -> what precedes the event
+        self.slot_tails = _Prefixed(b"", suffix=_FLAGS)  # slot -> its varint and the sequence flags
+        self.slot_varints = _Prefixed(b"")
 
-    def add_run(self, buffer: list[bytes], member: _Member, stamp: bytes, run: list, shared: list | None) -> None:
-        """Packets of one process's events at one timestamp (`stamp`: the encoded timestamp field).
+    # -- interning
 
-        `shared`: pieces for each event of the run as its layout's reference rank has them
-        (None when no other rank has this layout).
-        """
-        pid, own, process = member.pid, member.own, member.process
-        for j, (kind, slot, i) in enumerate(run):
-            if shared is not None and not (kind and own[i]):
-                before, after = shared[j]
-            elif kind:
-                before, after = self.own_begin(member, stamp, slot, i)
-            else:
-                before, after = packet_pieces(stamp, _END_TYPE, varint(slot))
-            buffer += (before, pid, after)
+    def intern_name(self, name: str) -> int:
+        iid = self.names[name] = len(self.names) + 1
+        self.new_names.append(name)
+        return iid
 
-    def new_timestamp(self) -> None:
-        self.at_stamp.clear()
+    def intern_arg_name(self, name: str) -> int:
+        iid = self.arg_names[name] = len(self.arg_names) + 1
+        self.new_arg_names.append(name)
+        return iid
 
-    def own_begin(self, member: _Member, stamp: bytes, slot: int, i: int) -> tuple[bytes, bytes]:
-        """A begin as this rank has it: its own args or flow.
+    def interning_packet(self) -> bytes:
+        """The names interned since the last call, as one packet (b"" when none)."""
+        if not self.new_names and not self.new_arg_names:
+            return b""
+        packet = pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID, sequence_flags=_NEEDS_STATE)
+        interned = packet.interned_data
+        for name in self.new_names:
+            interned.event_names.add(iid=self.names[name], name=name)
+        for name in self.new_arg_names:
+            interned.debug_annotation_names.add(iid=self.arg_names[name], name=name)
+        self.new_names.clear()
+        self.new_arg_names.clear()
+        return pb.Trace(packet=[packet]).SerializeToString()
 
-        The ranks of a group have the same args and a flow of the same direction at the same
-        time, and their packets are written one after the other: all but the flow id is
-        encoded once per timestamp (`at_stamp`).
-        """
-        process = member.process
-        name, args = process.names[i], process.slice_args[i]
-        code = member.flows[i]
-        tag = b"" if not code else _TERMINATING_FLOW_IDS if flow_of(code)[1] == FLOW_IN else _FLOW_IDS
-        key = (slot, name, id(args), tag)
-        found = self.at_stamp.get(key)
-        if found is None:
-            middle = varint(slot) + tag
-            flow_size = b"\0" * 8 if tag else b""  # the fixed64 flow id that follows
-            before = packet_pieces(stamp, self.begin_head(name, args), middle + flow_size)[0]
-            found = self.at_stamp[key] = (before, middle)
-        before, middle = found
-        if not code:
-            return before, middle + _FLAGS
-        return before, middle + struct.pack("<Q", flow_of(code)[0]) + _FLAGS
+    # -- one process
 
-    def shared_pieces(self, reference: Process, runs: list) -> list[list[tuple[bytes, bytes]]]:
-        """Pieces of every event of a layout, as a rank with the reference's names and args and no flows has them."""
-        out = []
-        for ts, run in runs:
-            stamp = b"\x40" + varint(ts)
-            pieces = []
-            for kind, slot, i in run:
-                head = self.begin_head(reference.names[i], reference.slice_args[i]) if kind else _END_TYPE
-                pieces.append(packet_pieces(stamp, head, varint(slot)))
-            out.append(pieces)
-        return out
+    def process_bytes(self, process: Process, shared: bool) -> bytes:
+        """Every begin and end of a process, framed; `shared`: its layout serves other processes too."""
+        layout = process.layout
+        columns = layout.cache.get("perfetto")
+        if columns is None:
+            columns = layout.cache["perfetto"] = _Columns(layout, self)
+        pid = pid_bytes(process.pid)
+        if not shared:
+            heads = columns.heads(self, process.names, process.slice_args)
+            return b"".join(self.frame(columns.stamps, heads, pid, columns.tails(self, process)))
+        return b"".join(self.member_parts(columns, process, pid))
 
-    def begin_head(self, name: str, args: dict[str, Any]) -> bytes:
-        head = self.begins.get((name, id(args)))
-        if head is not None:
-            return head
-        # ranks that share args dicts are close in rank order: a cache that starts over
-        # when large keeps the hits and bounds the memory
+    def member_parts(self, columns: _Columns, process: Process, pid: bytes) -> list[bytes]:
+        """A process drawn with a shared layout: the layout's framing (made from its first
+        process, without flows) with this pid, and the begins that differ framed again."""
+        if columns.parts is None:
+            columns.reference = (process.names, process.slice_args)
+            columns.ref_heads = columns.heads(self, process.names, process.slice_args)
+            columns.parts = self.frame(columns.stamps, columns.ref_heads, pid, columns.slot_tails(self))
+        parts = list(columns.parts)
+        parts[4::_PIECES_PER_PACKET] = [pid] * columns.size
+        names, args = process.names, process.slice_args
+        own: set[int] = set()  # positions whose name or args are not the reference's
+        for mine, theirs in zip((names, args), columns.reference):
+            if mine is not theirs:
+                own.update(compress(count(), map(operator.is_not, mine, theirs)))
+        flows = process.flows
+        redo = sorted(own.union(flows))
+        if redo:
+            self.reframe(parts, columns, process, pid, redo, own)
+        return parts
+
+    def reframe(self, parts: list[bytes], columns: _Columns, process: Process, pid: bytes, positions: list[int],
+                own: set[int]) -> None:
+        """Frame again, in `parts`, the begins at these positions: with this process's flows, and
+        with its own name and args at the positions in `own`."""
+        events = list(map(columns.begin_event.__getitem__, positions))
+        heads = list(map(columns.ref_heads.__getitem__, events))
+        differ = [j for j, i in enumerate(positions) if i in own]
+        if differ:
+            mine = [positions[j] for j in differ]
+            names, args = process.names, process.slice_args
+            new_heads = self.begin_heads(list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
+            for j, head in zip(differ, new_heads):
+                heads[j] = head
+        codes = list(map(process.flows.get, positions, repeat(0)))
+        tails = self.begin_tails(list(map(columns.slots.__getitem__, events)), codes)
+        framed = self.frame(list(map(columns.stamps.__getitem__, events)), heads, pid, tails)
+        width = _PIECES_PER_PACKET
+        starts = [k * width for k in events]
+        for piece in (0, 2, 3, 5):  # the timestamp (1) is the layout's; the pid (4) is set
+            list(map(parts.__setitem__, map(operator.add, starts, repeat(piece)), framed[piece::width]))
+
+    def frame(self, stamps: list[bytes], heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
+        """The pieces of one packet per (timestamp field, head, tail), all with this pid."""
+        # event length: head (with the track_uuid tag) + pid + tail without the 2 flag bytes
+        event_sizes = list(map(operator.add, map(len, heads), map(len, tails)))
+        event_sizes = [size + PID_FIELD_SIZE - len(_FLAGS) for size in event_sizes]
+        event_heads = list(map(self.event_heads.__getitem__, event_sizes))
+        # packet length: timestamp field + sequence id, event tag and length + event + flags
+        packet_sizes = [s + e + size + len(_FLAGS) for s, e, size in zip(map(len, stamps), map(len, event_heads), event_sizes)]
+        n = len(heads)
+        parts: list[bytes] = [b""] * (_PIECES_PER_PACKET * n)
+        parts[0::_PIECES_PER_PACKET] = list(map(self.packet_heads.__getitem__, packet_sizes))
+        parts[1::_PIECES_PER_PACKET] = stamps
+        parts[2::_PIECES_PER_PACKET] = event_heads
+        parts[3::_PIECES_PER_PACKET] = heads
+        parts[4::_PIECES_PER_PACKET] = [pid] * n
+        parts[5::_PIECES_PER_PACKET] = tails
+        return parts
+
+    def begin_tails(self, slots: list[int], codes: list[int]) -> list[bytes]:
+        """The slot, the flow (`code`: see `layout_chrome.flow_of`; 0 for none) and the flags, per begin."""
+        slot_varints = map(self.slot_varints.__getitem__, slots)
+        tags = map(_FLOW_TAGS.__getitem__, map(operator.and_, codes, repeat(3)))
+        ids = [_FLOW_ID.pack(code >> 2) if code else b"" for code in codes]
+        return list(map(b"".join, zip(slot_varints, tags, ids, repeat(_FLAGS))))
+
+    def begin_heads(self, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
+        """TrackEvent fields 4 (debug annotations), 9 (type) and 10 (name_iid), then the
+        track_uuid tag, for each (name, args); each distinct pair is encoded once, the new
+        ones together (`new_begins`)."""
         if self.begin_bytes > BEGIN_CACHE_BYTES:
-            self.begins.clear()
-            self.begin_bytes = 0
-        # fields 4 (debug annotations), 9 (type), 10 (name_iid), in the order protobuf writes them;
-        # all before track_uuid
-        head = annotation_bytes(args, self.arg_names) + _BEGIN_TYPE + b"\x50" + varint(self.names[name])
-        self.begins[(name, id(args))] = head
-        self.begin_bytes += len(head)
-        return head
+            self.forget_begins()
+        keys = list(zip(names, map(id, args)))
+        heads = list(map(self.begins.get, keys))
+        missing = dict.fromkeys(compress(keys, map(operator.is_, heads, repeat(None))))  # in first-use order
+        if not missing:
+            return heads
+        at = dict(zip(keys, range(len(keys))))  # a key -> where it occurs (any occurrence: same name and dict)
+        new = [at[key] for key in missing]
+        self.begins.update(zip(missing, self.new_begins([names[j] for j in new], [args[j] for j in new])))
+        return list(map(self.begins.__getitem__, keys))
+
+    def new_begins(self, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
+        self.pinned.extend(args)  # kept while their encodings are: no other dict gets their ids
+        heads = list(map(operator.add, self.annotations.many(args), map(self.name_fields.__getitem__, names)))
+        self.begin_bytes += sum(map(len, heads))
+        return heads
+
+    def forget_begins(self) -> None:
+        self.begins.clear()
+        self.pinned.clear()
+        self.begin_bytes = 0
+
+    def finished(self, layout: Layout) -> None:
+        """Free what was encoded for a layout no later process has (each rank of a log has its own).
+
+        Its begins too: args carry the stage, so other layouts rarely share them.
+        """
+        layout.cache.pop("perfetto", None)
+        self.forget_begins()
 
 
-def intern_tables(plan: Plan) -> tuple[dict[str, int], dict[str, int]]:
-    """iids for slice names and arg names, numbered in first-use order (deterministic)."""
-    names: dict[str, int] = {}
-    arg_names: dict[str, int] = {}
-    seen_args: set[int] = set()  # arg dicts are shared between slices: look at each once
-    seen_names: set[tuple[int, int]] = set()  # (name list, drawing order) already numbered
-    for process in plan.processes:
-        positions = process.positions()
-        key = (id(process.names), id(positions))
-        if key not in seen_names:
-            seen_names.add(key)
-            for i in positions:
-                name = process.names[i]
-                if name not in names:
-                    names[name] = len(names) + 1
-        slice_args = process.slice_args
-        for i in positions:
-            args = slice_args[i]
-            if id(args) not in seen_args:
-                seen_args.add(id(args))
-                for key in args:
-                    if key not in arg_names:
-                        arg_names[key] = len(arg_names) + 1
-    return names, arg_names
+class _NameFields(dict):
+    """name -> TrackEvent type (begin), name_iid and the track_uuid tag; the name interned when first asked for."""
+
+    def __init__(self, encoder: _EventEncoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def __missing__(self, name: str) -> bytes:
+        iid = self.encoder.intern_name(name)
+        text = self[name] = _BEGIN_TYPE + b"\x50" + varint(iid) + _TRACK_UUID
+        return text
 
 
-def fill_interning_packet(packet, names: dict[str, int], arg_names: dict[str, int]) -> None:
-    packet.trusted_packet_sequence_id = SEQUENCE_ID
-    packet.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-    interned = packet.interned_data
-    for name, iid in names.items():
-        entry = interned.event_names.add()
-        entry.iid = iid
-        entry.name = name
-    for name, iid in arg_names.items():
-        entry = interned.debug_annotation_names.add()
-        entry.iid = iid
-        entry.name = name
+class _Columns:
+    """A layout's events in writing order, as columns: what every process drawn with it shares.
+
+    Events are sorted by (ts, slot, seq), where `seq` numbers them in the order they were
+    generated: per thread that is proper nesting order (an end at t before a begin at t, a
+    parent's begin before its child's).
+    """
+
+    def __init__(self, layout: Layout, encoder: _EventEncoder):
+        starts, ends, slots = layout.starts, layout.ends, layout.slots
+        events: list[tuple[int, int, int, int, int]] = []  # (ts, slot, seq, kind: 1 begin 0 end, position)
+        stacks: dict[int, list[int]] = {}
+        for i in range(len(starts)) if layout.order is None else layout.order:
+            slot = slots[i]
+            stack = stacks.get(slot)
+            if stack is None:
+                stack = stacks[slot] = []
+            start = starts[i]
+            while stack and ends[stack[-1]] <= start:
+                top = stack.pop()
+                events.append((ends[top], slot, len(events), 0, top))
+            events.append((start, slot, len(events), 1, i))
+            stack.append(i)
+        for slot, stack in stacks.items():
+            while stack:
+                top = stack.pop()
+                events.append((ends[top], slot, len(events), 0, top))
+        events.sort()
+        self.size = len(events)
+        # the timestamp field per event; remembered per layout only (a log's ranks each have their own times)
+        self.stamps = list(map(_Prefixed(b"\x40").__getitem__, [e[0] for e in events]))
+        self.slots = [e[1] for e in events]
+        kinds = [e[3] for e in events]
+        positions = [e[4] for e in events]
+        self.begin_at = list(compress(count(), kinds))  # event index of each begin
+        self.begin_positions = [positions[k] for k in self.begin_at]
+        self.begin_event = [0] * len(starts)  # position -> event index of its begin
+        for k, i in zip(self.begin_at, self.begin_positions):
+            self.begin_event[i] = k
+        # a shared layout's framing, made from its first process (see `_EventEncoder.member_parts`)
+        self.parts: list[bytes] | None = None
+        self.reference: tuple[list, list] | None = None
+        self.ref_heads: list[bytes] | None = None
+
+    def heads(self, encoder: _EventEncoder, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
+        heads = [_END_HEAD] * self.size
+        positions = self.begin_positions
+        begin_heads = encoder.begin_heads(list(map(names.__getitem__, positions)), list(map(args.__getitem__, positions)))
+        for k, head in zip(self.begin_at, begin_heads):
+            heads[k] = head
+        return heads
+
+    def slot_tails(self, encoder: _EventEncoder) -> list[bytes]:
+        return list(map(encoder.slot_tails.__getitem__, self.slots))
+
+    def tails(self, encoder: _EventEncoder, process: Process) -> list[bytes]:
+        tails = self.slot_tails(encoder)
+        flows = process.flows
+        events = list(map(self.begin_event.__getitem__, flows))
+        flow_tails = encoder.begin_tails(list(map(self.slots.__getitem__, events)), list(flows.values()))
+        for k, tail in zip(events, flow_tails):
+            tails[k] = tail
+        return tails
 
 
 PROCESS_UUID_BASE = 1 << 40  # thread track uuids are their tids (< 2^32): process uuids sit above them
@@ -311,92 +429,6 @@ def add_descriptor_packets(builder: TraceProtoBuilder, plan: Plan) -> None:
             track.thread.legacy_sort_index = thread.sort_index
 
 
-def ordered_runs(plan: Plan, encoder: _EventEncoder) -> Iterator[tuple[int, list[tuple[_Member, list, list | None]]]]:
-    """Every begin and end in time order: (ts, [(process, its events at ts, shared pieces)]).
-
-    The order is (ts, tid, seq) as a sort of every event would give: a process's events
-    at one timestamp are one run of its layout (`layout_runs`), and processes that share a
-    layout have runs at the same timestamps, so merging the few layouts' runs by time, and
-    each run over its processes in pid order, is that sort without sorting millions.
-    """
-    groups: dict[int, list[Process]] = {}
-    for process in plan.processes:
-        groups.setdefault(id(process.layout), []).append(process)
-    members: list[list[_Member]] = []
-    runs_of: list[list] = []
-    shared_of: list[list | None] = []
-    for procs in groups.values():
-        procs.sort(key=_pid)
-        runs = layout_runs(procs[0].layout)
-        reference = procs[0] if len(procs) > 1 else None
-        members.append([_Member(p, reference) for p in procs])
-        runs_of.append(runs)
-        shared_of.append(encoder.shared_pieces(reference, runs) if reference is not None else None)
-    streams = [[(ts, k, r) for r, (ts, _) in enumerate(runs)] for k, runs in enumerate(runs_of)]
-    current, at = None, []  # at: (layout index, run index) at the current timestamp
-    for ts, k, r in heapq.merge(*streams):
-        if ts != current:
-            if at:
-                yield current, _by_pid(at, members, runs_of, shared_of)
-            current, at = ts, []
-        at.append((k, r))
-    if at:
-        yield current, _by_pid(at, members, runs_of, shared_of)
-
-
-def _pid(process: Process) -> int:
-    return process.pid
-
-
-def _by_pid(at: list[tuple[int, int]], members, runs_of, shared_of) -> list[tuple[_Member, list, list | None]]:
-    out = []
-    for k, r in at:
-        run = runs_of[k][r][1]
-        shared = shared_of[k][r] if shared_of[k] is not None else None
-        out.extend((member, run, shared) for member in members[k])
-    if len(at) > 1:
-        out.sort(key=lambda entry: entry[0].process.pid)
-    return out
-
-
-def layout_runs(layout: Layout) -> list[tuple[int, list[tuple[int, int, int]]]]:
-    """(ts, [(kind, slot, position)]) of a layout: begins (kind 1) and ends (kind 0) grouped by time.
-
-    Within a timestamp, events are in (slot, seq) order, where `seq` numbers the events in
-    the order they were generated: per thread that is proper nesting order (an end at t
-    before a begin at t, a parent's begin before its child's). Cached on the layout.
-    """
-    cached = layout.cache.get("perfetto")
-    if cached is not None:
-        return cached
-    starts, ends, slots = layout.starts, layout.ends, layout.slots
-    events: list[tuple[int, int, int, int, int]] = []
-    stacks: dict[int, list[int]] = {}
-    for i in range(len(starts)) if layout.order is None else layout.order:
-        slot = slots[i]
-        stack = stacks.get(slot)
-        if stack is None:
-            stack = stacks[slot] = []
-        start = starts[i]
-        while stack and ends[stack[-1]] <= start:
-            top = stack.pop()
-            events.append((ends[top], slot, len(events), 0, top))
-        events.append((start, slot, len(events), 1, i))
-        stack.append(i)
-    for slot, stack in stacks.items():
-        while stack:
-            top = stack.pop()
-            events.append((ends[top], slot, len(events), 0, top))
-    events.sort()
-    runs: list[tuple[int, list[tuple[int, int, int]]]] = []
-    for ts, slot, _, kind, i in events:
-        if not runs or runs[-1][0] != ts:
-            runs.append((ts, []))
-        runs[-1][1].append((kind, slot, i))
-    layout.cache["perfetto"] = runs
-    return runs
-
-
 # One DebugAnnotation (TrackEvent field 4) per arg: name_iid = 1 (varint), then the value:
 # bool_value = 2 (varint), int_value = 4 (varint, negatives as 64-bit two's complement),
 # double_value = 5 (fixed64), string_value = 6 (bytes). Encoded here, not through protobuf
@@ -405,31 +437,65 @@ def layout_runs(layout: Layout) -> list[tuple[int, list[tuple[int, int, int]]]]:
 _BEGIN_TYPE = b"\x48" + bytes([_BEGIN])
 _ANNOTATION = b"\x22"
 _INT64 = (-(1 << 63), 1 << 63)
-_annotation_pieces: dict[tuple, bytes] = {}
 MAX_ANNOTATION_PIECES = 1 << 16
 
 
+class _Annotations:
+    """args -> their debug annotations, from pieces encoded once per (key, value).
+
+    A dict whose values are all str or int is looked up item by item in C (`map`): a
+    (key, value) pair then names one encoding (no True == 1 or 0.0 == -0.0 between those
+    two types); only its new pairs, a few per dict, are encoded in Python.
+    `intern`: called for an arg name without an iid yet (None: every name has one).
+    """
+
+    def __init__(self, arg_names: dict[str, int], intern=None):
+        self.arg_names = arg_names
+        self.intern = intern
+        self.pieces: dict[tuple[str, Any], bytes] = {}
+
+    def __call__(self, args: dict[str, Any]) -> bytes:
+        return self.many([args])[0]
+
+    def many(self, dicts: list[dict[str, Any]]) -> list[bytes]:
+        """The annotations of each dict: the items of all of them looked up at once."""
+        if not _PLAIN_VALUES.issuperset(map(type, chain.from_iterable(map(dict.values, dicts)))):
+            return list(map(self.unplain, dicts))
+        if len(self.pieces) >= MAX_ANNOTATION_PIECES:
+            self.pieces.clear()
+        items = list(chain.from_iterable(map(dict.items, dicts)))
+        pieces = lookup_encoded(self.pieces, items, items, self.item_piece)
+        ends = list(accumulate(map(len, dicts)))
+        return list(map(b"".join, map(pieces.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+
+    def unplain(self, args: dict[str, Any]) -> bytes:
+        """A dict with a value of another type (bool, float): by its own items."""
+        if _PLAIN_VALUES.issuperset(map(type, args.values())):
+            return self.many([args])[0]
+        return b"".join([self.piece(key, value) for key, value in args.items()])
+
+    def item_piece(self, item: tuple[str, Any]) -> bytes:
+        return self.piece(*item)
+
+    def piece(self, key: str, value: Any) -> bytes:
+        iid = self.arg_names.get(key)
+        if iid is None:
+            if self.intern is None:
+                raise KeyError(key)
+            iid = self.intern(key)
+        return _annotation(iid, value)
+
+
 def annotation_bytes(args: dict[str, Any], arg_names: dict[str, int]) -> bytes:
-    pieces = []
-    cached = _annotation_pieces
-    for key, value in args.items():
-        iid = arg_names[key]
-        kind = value.__class__
-        if kind is not str and kind is not int and kind is not bool:  # floats: 0.0 == -0.0
-            pieces.append(_annotation(iid, value))
-            continue
-        cache_key = (iid, kind, value)  # the type is part of the key: True == 1
-        piece = cached.get(cache_key)
-        if piece is None:
-            if len(cached) >= MAX_ANNOTATION_PIECES:
-                cached.clear()
-            piece = cached[cache_key] = _annotation(iid, value)
-        pieces.append(piece)
-    return b"".join(pieces)
+    """The debug annotations of `args`, every key interned in `arg_names`."""
+    return _Annotations(arg_names)(args)
 
 
 def _annotation(name_iid: int, value: Any) -> bytes:
-    if isinstance(value, bool):
+    if value.__class__ is str:  # the most common
+        text = value.encode("utf-8")
+        body = b"\x32" + varint(len(text)) + text
+    elif isinstance(value, bool):
         body = b"\x10" + (b"\x01" if value else b"\x00")
     elif isinstance(value, int) and _INT64[0] <= value < _INT64[1]:
         body = b"\x20" + varint(value & 0xFFFF_FFFF_FFFF_FFFF)
