@@ -20,15 +20,17 @@ the next op waits only for the step itself.
 from __future__ import annotations
 
 import functools
+import operator
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from math import prod
 from pathlib import Path
 
 from ..diagnostics import Diagnostics, InputError
+from ..gc_pause import paused_gc
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Parallel, Rank, SharedArgs
 from ..options import Options
-from ..readers.megatron_log import OpRecord, SubOp, read_file
+from ..readers.megatron_log import OpRecord, SubOpKind, SubOps, read_file
 from . import per_rank
 from .layout import Layout
 
@@ -112,8 +114,9 @@ class FileSurvey:
 def survey_file(path: Path, options: Options, name: str) -> FileSurvey:
     """Read one log (the per-file phase's first half): the survey, with its records kept."""
     diagnostics = Diagnostics()
-    records = read_file(path, diagnostics, options.strict, name=name)
-    return survey_records(name, str(path), records, diagnostics)
+    with paused_gc():
+        records = read_file(path, diagnostics, options.strict, name=name)
+        return survey_records(name, str(path), records, diagnostics)
 
 
 def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: Diagnostics) -> FileSurvey:
@@ -140,29 +143,40 @@ def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: D
 
 
 def _survey_record(survey: RankSurvey, record: OpRecord, reading: str, first_iteration: bool) -> None:
-    starts = [_sub_start(sub, reading) for sub in record.sub_ops]
-    survey.earliest_ns = min(survey.earliest_ns, record.start_ns, *starts)
+    subs = record.sub_ops
+    survey.earliest_ns = min(survey.earliest_ns, record.start_ns)
+    if subs:
+        survey.earliest_ns = min(survey.earliest_ns, min(_sub_starts(subs, reading)))
     if record.op == "forward_step":
         survey.max_forward_batch = _larger(survey.max_forward_batch, record.batch)
     if record.op in P2P_OPS:
         survey.max_p2p_batch = _larger(survey.max_p2p_batch, record.batch)
-    new_groups: dict[str | None, SubOp] = {}
-    for sub in record.sub_ops:
-        if sub.group not in survey.groups:
-            new_groups.setdefault(sub.group, sub)
+    new_groups = {group: index for group, index in _first_of_each_group(subs.kinds).items() if group not in survey.groups}
     if first_iteration or new_groups or record.op not in survey.ops:
         survey.summary.append(_header(record, list(new_groups.values())))
         survey.ops.add(record.op)
         survey.groups.update(new_groups)
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _first_of_each_group(kinds: tuple[SubOpKind, ...]) -> dict[str | None, int]:
+    """Group -> the position of its first sub-operation in a sequence (steps repeat a few sequences)."""
+    first: dict[str | None, int] = {}
+    for index, kind in enumerate(kinds):
+        first.setdefault(kind.group, index)
+    return first
+
+
 def _larger(old: int | None, new: int) -> int:
     return new if old is None else max(old, new)
 
 
-def _header(record: OpRecord, sub_ops: list[SubOp] | None = None) -> OpRecord:
-    """The record without its sub-operations (or with the few given)."""
-    return replace(record, sub_ops=sub_ops or [])
+def _header(record: OpRecord, keep: list[int] | None = None) -> OpRecord:
+    """The record without its sub-operations (or with those at the positions given)."""
+    subs = record.sub_ops
+    keep = keep or []
+    return replace(record, sub_ops=SubOps(tuple(subs.kinds[i] for i in keep), [subs.durations[i] for i in keep],
+                                          [subs.stamps[i] for i in keep]))
 
 
 @dataclass
@@ -246,10 +260,11 @@ def build_file(survey: FileSurvey, plan: Plan, options: Options) -> list[RankPar
         by_rank[record.rank].append(record)
     del records
     parts = []
-    for rank_id in sorted(by_rank):
-        builder = _RankBuilder(plan.layout, plan.readings, plan.tag_stride, Diagnostics())
-        rank = builder.build(rank_id, by_rank.pop(rank_id), plan.origins[rank_id])
-        parts.append(RankPart(rank, builder.group_uses, builder.assumptions, builder.diagnostics))
+    with paused_gc():
+        for rank_id in sorted(by_rank):
+            builder = _RankBuilder(plan.layout, plan.readings, plan.tag_stride, Diagnostics())
+            rank = builder.build(rank_id, by_rank.pop(rank_id), plan.origins[rank_id])
+            parts.append(RankPart(rank, builder.group_uses, builder.assumptions, builder.diagnostics))
     return parts
 
 
@@ -329,13 +344,13 @@ def subop_reading(records: list[OpRecord]) -> tuple[str, str]:
     """
     total = outside_as_end = outside_as_start = 0
     for record in records:
+        subs = record.sub_ops
+        if not subs:
+            continue
         low, high = record.start_ns - STAMP_TOLERANCE_NS, record.end_ns + STAMP_TOLERANCE_NS
-        for sub in record.sub_ops:
-            total += 1
-            if sub.stamp_ns - sub.duration_ns < low or sub.stamp_ns > high:
-                outside_as_end += 1
-            if sub.stamp_ns < low or sub.stamp_ns + sub.duration_ns > high:
-                outside_as_start += 1
+        total += len(subs)
+        outside_as_end += _outside(_sub_starts(subs, "end"), subs.stamps, low, high)
+        outside_as_start += _outside(subs.stamps, list(map(operator.add, subs.stamps, subs.durations)), low, high)
     if total == 0:
         return "end", "no sub-operations"
     if outside_as_start > outside_as_end:
@@ -382,8 +397,16 @@ def _warn_scaling_mode(first: OpRecord, missing: list[int], options: Options, di
     )
 
 
-def _sub_start(sub: SubOp, reading: str) -> int:
-    return sub.stamp_ns - sub.duration_ns if reading == "end" else sub.stamp_ns
+def _sub_starts(subs: SubOps, reading: str):
+    """The sub-operations' starts when their stamps are read as `reading` ("end" or "start") times."""
+    return list(map(operator.sub, subs.stamps, subs.durations)) if reading == "end" else subs.stamps
+
+
+def _outside(starts, ends, low: int, high: int) -> int:
+    """How many of the spans start before `low` or end after `high` (most steps: none, seen at once)."""
+    if min(starts) >= low and max(ends) <= high:
+        return 0
+    return sum(1 for start, end in zip(starts, ends) if start < low or end > high)
 
 
 # ---------------------------------------------------------------- layout
@@ -401,7 +424,7 @@ def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[
     stages = {r: recs[0].stage for r, recs in by_rank.items()}
     first = {r: recs[0] for r, recs in by_rank.items()}
     ops = [rec for recs in by_rank.values() for rec in recs]
-    subs = [sub for rec in ops for sub in rec.sub_ops]
+    subs = [kind for rec in ops for kind in rec.sub_ops.kinds]
     tp_seen = any(sub.group == "tp" for sub in subs)
     ep_seen = any(sub.group == "exp" for sub in subs) or any(rec.op == "exp_dp_allreduce" for rec in ops)
     embedding_seen = any(rec.op == "ep_allreduce" for rec in ops) or any(sub.group == "ep" for sub in subs)
@@ -578,6 +601,10 @@ class _RankBuilder:
     _group_ids: dict[str, int] = field(default_factory=dict)  # kind -> local id (one group per kind per rank)
     # (group, comm_func, shape, dtype) of a sub-operation -> (coll, group id, size), when it warned of nothing
     _sub_comm: dict[tuple, tuple] = field(default_factory=dict)
+    # (kinds, op, mg_state, stage) of a step's sub-operations -> each one's (name, args, coll, group id, size),
+    # when they warned of nothing: a log repeats a few sequences in thousands of steps. The reader shares
+    # one kinds tuple per sequence, so its id is the key (the value keeps it alive: the id stays its own).
+    _sub_plans: dict[tuple, tuple[tuple, list[tuple]]] = field(default_factory=dict)
 
     def build(self, rank_id: int, records: list[OpRecord], origin: int) -> Rank:
         if rank_id >= self.layout.world:
@@ -660,27 +687,66 @@ class _RankBuilder:
             self.assumptions.append(sentence)
 
     def _add_sub_ops(self, parent: Node, record: OpRecord, deps: list[int]) -> None:
+        """The step's sub-operations: each starts after the one before it (the first after the step's
+        own predecessors), inside the step, in its group."""
+        subs = record.sub_ops
+        if not subs:
+            return
+        key = (id(subs.kinds), record.op, record.mg_state, record.stage)
+        kinds_plan = self._sub_plans.get(key)
+        if kinds_plan is None:
+            self._add_sub_ops_one_by_one(parent, record, deps, key)
+            return
+        plan = kinds_plan[1]
+        end_stamps = self.readings[record.file][0] == "end"
+        low, high, origin = record.start_ns, record.end_ns, self.origin
+        nodes = self.rank.nodes
+        where, parent_id, microbatch = parent.source, parent.id, parent.microbatch
+        previous = list(deps)
+        for (name, args, coll, group, size), duration, stamp in zip(plan, subs.durations, subs.stamps):
+            start = stamp - duration if end_stamps else stamp
+            end = start + duration
+            if start < low or end > high:
+                start, end = _clipped(start, end, record, self.diagnostics)
+            node = Node(len(nodes), name, NodeKind.COLLECTIVE, end - start, previous, coll=coll, size=size, group=group,
+                        start_ns=start - origin, parent=parent_id, microbatch=microbatch, source=where, args=args)
+            nodes.append(node)
+            previous = [node.id]
+
+    def _add_sub_ops_one_by_one(self, parent: Node, record: OpRecord, deps: list[int], key: tuple) -> None:
+        """The sub-operations of a sequence not seen before (or that warned): each described on its own;
+        the sequence's plan is kept when none of them warned."""
         reading = self.readings[record.file][0]
         previous = list(deps)
         where = parent.source  # one string for the step and all its sub-operations
         nodes = self.rank.nodes
-        for index, sub in enumerate(record.sub_ops):
-            start, end = _clamped(sub, reading, record, self.diagnostics)
+        plan = []
+        starts = _sub_starts(record.sub_ops, reading)
+        for index, (kind, start, duration) in enumerate(zip(record.sub_ops.kinds, starts, record.sub_ops.durations)):
+            start, end = start, start + duration
+            if start < record.start_ns or end > record.end_ns:
+                start, end = _clipped(start, end, record, self.diagnostics)
             node = Node(
-                len(nodes), _sub_name(sub.name, sub.comm_func), NodeKind.COLLECTIVE, end - start, previous,
+                len(nodes), _sub_name(kind.name, kind.comm_func), NodeKind.COLLECTIVE, end - start, previous,
                 start_ns=start - self.origin, parent=parent.id, microbatch=parent.microbatch, source=where,
-                args=_sub_args(sub.comm_func, sub.func_name, sub.trace_src_func, sub.group, sub.dtype, sub.shape,
+                args=_sub_args(kind.comm_func, kind.func_name, kind.trace_src_func, kind.group, kind.dtype, kind.shape,
                                record.stage, record.op, record.mg_state, index),
             )
             nodes.append(node)
             previous = [node.id]
-            known = self._sub_comm.get((sub.group, sub.comm_func, sub.shape, sub.dtype))
-            if known is not None:  # seen before without a warning: same group, type and size
+            comm = (kind.group, kind.comm_func, kind.shape, kind.dtype)
+            known = self._sub_comm.get(comm)
+            if known is None:
+                self._describe_sub_op(node, kind, where)
+                known = self._sub_comm.get(comm)
+            else:  # seen before without a warning: same group, type and size
                 node.coll, node.group, node.size = known
-                continue
-            self._describe_sub_op(node, sub, where)
+            if plan is not None:
+                plan = None if known is None else [*plan, (node.name, node.args, *known)]
+        if plan is not None:
+            self._sub_plans[key] = (record.sub_ops.kinds, plan)
 
-    def _describe_sub_op(self, node: Node, sub: SubOp, where: str) -> None:
+    def _describe_sub_op(self, node: Node, sub: SubOpKind, where: str) -> None:
         """The sub-operation's group, collective type and size; remembered when nothing was warned about."""
         warnings = sum(entry.count for entry in self.diagnostics.kinds.values())
         kind = LOG_GROUPS.get(sub.group or "tp")
@@ -731,20 +797,17 @@ def _fused(a: OpRecord, b: OpRecord) -> bool:
     )
 
 
-def _clamped(sub: SubOp, reading: str, parent: OpRecord, diagnostics: Diagnostics) -> tuple[int, int]:
-    """The sub-operation's start and end, kept inside its step (the log rounds to 0.01 ms)."""
-    start = _sub_start(sub, reading)
-    end = start + sub.duration_ns
+def _clipped(start: int, end: int, parent: OpRecord, diagnostics: Diagnostics) -> tuple[int, int]:
+    """A sub-operation's start and end that reach outside its step, kept inside it (the log rounds
+    to 0.01 ms; further out is worth a warning)."""
     low, high = parent.start_ns, parent.end_ns
-    if start < low or end > high:
-        if start < low - STAMP_TOLERANCE_NS or end > high + STAMP_TOLERANCE_NS:
-            diagnostics.warn(
-                "megatron-subop-outside",
-                f"{parent.where}: {{count}} sub-operation(s) lie outside their step; clipped to it",
-            )
-        start = min(max(start, low), high)
-        end = min(max(end, start), high)
-    return start, end
+    if start < low - STAMP_TOLERANCE_NS or end > high + STAMP_TOLERANCE_NS:
+        diagnostics.warn(
+            "megatron-subop-outside",
+            f"{parent.where}: {{count}} sub-operation(s) lie outside their step; clipped to it",
+        )
+    start = min(max(start, low), high)
+    return start, min(max(end, start), high)
 
 
 # Names and shape texts repeat across millions of nodes of a long log: build each one once.
