@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections import defaultdict
+from itertools import repeat
 from dataclasses import dataclass, field, replace
 from math import prod
 from pathlib import Path
@@ -173,10 +174,9 @@ def _larger(old: int | None, new: int) -> int:
 
 def _header(record: OpRecord, keep: list[int] | None = None) -> OpRecord:
     """The record without its sub-operations (or with those at the positions given)."""
-    subs = record.sub_ops
-    keep = keep or []
-    return replace(record, sub_ops=SubOps(tuple(subs.kinds[i] for i in keep), [subs.durations[i] for i in keep],
-                                          [subs.stamps[i] for i in keep]))
+    if not record.sub_ops:
+        return record  # records are never changed: it can be shared
+    return replace(record, sub_ops=record.sub_ops.only(keep or []))
 
 
 @dataclass
@@ -406,7 +406,7 @@ def _outside(starts, ends, low: int, high: int) -> int:
     """How many of the spans start before `low` or end after `high` (most steps: none, seen at once)."""
     if min(starts) >= low and max(ends) <= high:
         return 0
-    return sum(1 for start, end in zip(starts, ends) if start < low or end > high)
+    return sum(map(operator.or_, map(operator.lt, starts, repeat(low)), map(operator.gt, ends, repeat(high))))
 
 
 # ---------------------------------------------------------------- layout

@@ -132,15 +132,21 @@ class SubOps(Sequence):
 
     __slots__ = ("kinds", "durations", "stamps")
 
-    def __init__(self, kinds: tuple[SubOpKind, ...] = (), durations=(), stamps=()):
+    def __init__(self, kinds: tuple[SubOpKind, ...] = (), durations: array | None = None, stamps: array | None = None):
         self.kinds = kinds
-        self.durations = array("q", durations)  # ns
-        self.stamps = array("q", stamps)  # ns, as logged
+        self.durations = array("q") if durations is None else durations  # ns
+        self.stamps = array("q") if stamps is None else stamps  # ns, as logged
 
     @classmethod
     def of(cls, subs) -> SubOps:
         subs = list(subs)
-        return cls(tuple(sub.kind for sub in subs), [sub.duration_ns for sub in subs], [sub.stamp_ns for sub in subs])
+        return cls(tuple(sub.kind for sub in subs), array("q", [sub.duration_ns for sub in subs]),
+                   array("q", [sub.stamp_ns for sub in subs]))
+
+    def only(self, positions: list[int]) -> SubOps:
+        """The sub-operations at these positions."""
+        return SubOps(tuple(self.kinds[i] for i in positions), array("q", [self.durations[i] for i in positions]),
+                      array("q", [self.stamps[i] for i in positions]))
 
     def __len__(self) -> int:
         return len(self.kinds)
