@@ -416,8 +416,9 @@ def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[
 
     Megatron places ranks TP fastest: stage = rank // (tp·dp). The smallest tp·dp that puts
     every rank on its logged stage_id is used (the whole set of ranks when 0..N-1 are all
-    there); TP > 1 only when TP sub-operations appear, EP > 1 only when expert ones do; pp is
-    the fewest stages the pipeline ops and the 1F1B warmup allow.
+    there); TP > 1 only when TP sub-operations appear (a guess: TP 1 runs log them too, so it is
+    warned about), EP > 1 only when expert ones do; pp is the fewest stages the pipeline ops and
+    the 1F1B warmup allow.
     Returns the layout, a sentence saying what was inferred (empty when nothing was), and the
     doubts: what the ranks leave open that changes this set's peers or groups.
     """
@@ -465,6 +466,8 @@ def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[
     if not (options.tp and options.dp) and not per_stage_pinned:
         doubts.append(f"the ranks given only show tp*dp >= {per_stage}")
     if tp_seen and not (options.tp or options.dp):
+        if tp > 1:  # the tracer logs the TP all-reduces whatever the TP size: their presence proves nothing
+            doubts.append(f"tp {tp} read from the TP sub-operations, which runs with tp=1 log too")
         others = [f"tp={t}, dp={per_stage // t}" for t in _divisors(per_stage) if t > tp]
         if others:
             doubts.append(f"tp*dp = {per_stage} could also be {' or '.join(others)}")
