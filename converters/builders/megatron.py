@@ -147,7 +147,7 @@ def _survey_record(survey: RankSurvey, record: OpRecord, reading: str, first_ite
     subs = record.sub_ops
     survey.earliest_ns = min(survey.earliest_ns, record.start_ns)
     if subs:
-        survey.earliest_ns = min(survey.earliest_ns, min(_sub_starts(subs, reading)))
+        survey.earliest_ns = min(survey.earliest_ns, *_sub_starts(subs, reading))
     if record.op == "forward_step":
         survey.max_forward_batch = _larger(survey.max_forward_batch, record.batch)
     if record.op in P2P_OPS:
@@ -159,12 +159,22 @@ def _survey_record(survey: RankSurvey, record: OpRecord, reading: str, first_ite
         survey.groups.update(new_groups)
 
 
-@functools.lru_cache(maxsize=1 << 12)
+# id of a sequence of kinds (the reader shares one tuple per sequence) -> (the sequence, group -> the position
+# of its first sub-operation); the sequence is kept, so its id stays its own
+_FIRST_OF_EACH_GROUP: dict[int, tuple[tuple, dict[str | None, int]]] = {}
+
+
 def _first_of_each_group(kinds: tuple[SubOpKind, ...]) -> dict[str | None, int]:
     """Group -> the position of its first sub-operation in a sequence (steps repeat a few sequences)."""
+    known = _FIRST_OF_EACH_GROUP.get(id(kinds))
+    if known is not None:
+        return known[1]
     first: dict[str | None, int] = {}
     for index, kind in enumerate(kinds):
         first.setdefault(kind.group, index)
+    if len(_FIRST_OF_EACH_GROUP) >= 4096:
+        _FIRST_OF_EACH_GROUP.clear()
+    _FIRST_OF_EACH_GROUP[id(kinds)] = (kinds, first)
     return first
 
 

@@ -481,7 +481,7 @@ def _op_fields(body: str) -> tuple[dict[str, str], SubOps | None]:
         if sub_ops is not None or _PLAIN_LIST.fullmatch(tail) is not None:
             head = _plain_fields(body[:cut])
             # only known keys: an unknown one may belong to a description with commas (split_fields)
-            if head is not None and all(key in _HEAD_KEYS for key in head):
+            if head is not None and head.keys() <= _HEAD_KEYS:
                 head["sub_operations"] = tail
                 return head, sub_ops
     return split_fields(body, OP_KEYS, free_text=("description",)), None
@@ -580,9 +580,12 @@ def parse_ms(text: str, key: str, where: str) -> int:
     return int((number * 1_000_000).to_integral_value())
 
 
+_INT = re.compile(r"-?\d+")
+
+
 def parse_int(text: str, key: str, where: str) -> int:
     value = text.strip()
-    if not re.fullmatch(r"-?\d+", value):
+    if not _INT.fullmatch(value):
         raise InputError(where, f"{key}: expected an integer, found {_excerpt(value)}")
     return int(value)
 
