@@ -270,11 +270,10 @@ def build_file(survey: FileSurvey, plan: Plan, options: Options) -> list[RankPar
         by_rank[record.rank].append(record)
     del records
     parts = []
-    with paused_gc():
-        for rank_id in sorted(by_rank):
-            builder = _RankBuilder(plan.layout, plan.readings, plan.tag_stride, Diagnostics())
-            rank = builder.build(rank_id, by_rank.pop(rank_id), plan.origins[rank_id])
-            parts.append(RankPart(rank, builder.group_uses, builder.assumptions, builder.diagnostics))
+    for rank_id in sorted(by_rank):
+        builder = _RankBuilder(plan.layout, plan.readings, plan.tag_stride, Diagnostics())
+        rank = builder.build(rank_id, by_rank.pop(rank_id), plan.origins[rank_id])
+        parts.append(RankPart(rank, builder.group_uses, builder.assumptions, builder.diagnostics))
     return parts
 
 
@@ -625,6 +624,12 @@ class _RankBuilder:
         coords = self.layout.coords(rank_id)
         rank = Rank(rank_id, coords={k: coords[k] for k in ("tp", "dp", "pp", "ep")}, source=Path(records[0].file).name)
         self.rank, self.origin, self.iteration = rank, origin, 0
+        with paused_gc():  # many nodes that stay and form no cycles (gc_pause.py)
+            self._add_ops(records)
+        return rank
+
+    def _add_ops(self, records: list[OpRecord]) -> None:
+        """Every record's node (and its sub-operations'), in program order."""
         frontier: list[int] = []
         index = 0
         while index < len(records):
@@ -640,7 +645,6 @@ class _RankBuilder:
                 index += 1
             if record.op == "optimizer_step":  # the next op belongs to the next iteration
                 self.iteration += 1
-        return rank
 
     def _add_op(self, record: OpRecord, deps: list[int], fused: str | None = None) -> Node:
         node = Node(
