@@ -10,9 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from converters.diagnostics import InputError
+import converters as etc
+from converters.builders import megatron
+from converters.diagnostics import Diagnostics, InputError
 from converters.readers import megatron_log
-from converters.readers.megatron_log import SubOpKind, SubOps
+from converters.readers.megatron_log import SubOps
+from helpers.megatron_synth import chain, replace_in_op, write_run
 
 
 def parse_or_error(line: str):
@@ -134,3 +137,46 @@ def items(draw):
 def test_any_list_reads_as_the_general_parser(listed):
     line = step(*listed)
     assert parse_or_error(line) == general(line)
+
+
+def test_lists_the_general_parser_reads_share_their_kinds_too():
+    line = 'rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=["duration=0.3,timestamp={t},group=tp"])'
+    first = megatron_log.parse_line(line.format(t=1), "r.log", 1)
+    second = megatron_log.parse_line(line.format(t=2), "r.log", 2)
+    assert second.sub_ops.kinds is first.sub_ops.kinds  # so the builder makes their nodes from one plan
+    assert [s.stamp_ns for s in (*first.sub_ops, *second.sub_ops)] == [1_000_000, 2_000_000]
+
+
+# ---------------------------------------------------------------- the builder's plans
+
+def build(paths, **options):
+    diagnostics = Diagnostics()
+    trace = etc.read(paths, "megatron-log", diagnostics=diagnostics, **options)
+    return trace, diagnostics.messages()
+
+
+def test_nodes_from_plans_are_the_nodes_made_one_by_one(tmp_path, monkeypatch):
+    """Sub-operations built from a repeated sequence's plan equal those described one by one,
+    warnings (unknown dtype, unknown group, outside the step) and their counts included."""
+    edit = chain(replace_in_op(1, "forward_step", 1, "group=tp", "group=odd"),
+                 replace_in_op(2, "backward_step", None, "input__dtype=torch.float32", "input__dtype=torch.weird"))
+    paths = write_run(tmp_path, stages=2, tp=2, microbatches=4, edit=edit)
+    lines = paths[3].read_text().splitlines()
+    last = max(i for i, line in enumerate(lines) if ":forward_step(" in line)  # its sequence has a plan by then
+    lines[last] = lines[last].replace("allreduce,duration=0.3,", "allreduce,duration=90.3,", 2)  # starts before its step
+    paths[3].write_text("\n".join(lines) + "\n")
+    planned, planned_messages = build(paths, tp=2)
+
+    def one_by_one(self, parent, record, deps):
+        if record.sub_ops:
+            self._add_sub_ops_one_by_one(parent, record, deps, ("never", "used"))
+
+    monkeypatch.setattr(megatron._RankBuilder, "_add_sub_ops", one_by_one)
+    described, described_messages = build(paths, tp=2)
+    assert planned_messages == described_messages
+    assert any("unknown group 'odd'" in m for m in planned_messages)
+    assert any("unknown dtype torch.weird" in m for m in planned_messages)
+    assert any("lie outside their step" in m for m in planned_messages)
+    assert planned.groups == described.groups
+    for r in planned.ranks:
+        assert planned.ranks[r].nodes == described.ranks[r].nodes

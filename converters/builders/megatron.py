@@ -761,6 +761,8 @@ class _RankBuilder:
             if plan is not None:
                 plan = None if known is None else [*plan, (node.name, node.args, *known)]
         if plan is not None:
+            if len(self._sub_plans) >= 4096:  # sequences the reader could not share: keep memory flat
+                self._sub_plans.clear()
             self._sub_plans[key] = (record.sub_ops.kinds, plan)
 
     def _describe_sub_op(self, node: Node, sub: SubOpKind, where: str) -> None:

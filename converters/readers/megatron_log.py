@@ -139,9 +139,13 @@ class SubOps(Sequence):
 
     @classmethod
     def of(cls, subs) -> SubOps:
+        """From SubOp items; a sequence of kinds seen before gets the tuple made then (shared)."""
         subs = list(subs)
-        return cls(tuple(sub.kind for sub in subs), array("q", [sub.duration_ns for sub in subs]),
-                   array("q", [sub.stamp_ns for sub in subs]))
+        kinds = tuple(sub.kind for sub in subs)
+        if len(_SEQUENCES) >= 1024:
+            _SEQUENCES.clear()
+        kinds = _SEQUENCES.setdefault(kinds, kinds)
+        return cls(kinds, array("q", [sub.duration_ns for sub in subs]), array("q", [sub.stamp_ns for sub in subs]))
 
     def only(self, positions: list[int]) -> SubOps:
         """The sub-operations at these positions."""
@@ -165,6 +169,7 @@ class SubOps(Sequence):
         return f"SubOps({list(self)!r})"
 
 
+_SEQUENCES: dict[tuple[SubOpKind, ...], tuple[SubOpKind, ...]] = {}
 NO_SUB_OPS = SubOps()  # shared by the many steps without sub-operations: never changed
 
 
@@ -358,6 +363,8 @@ def _timed_sub_ops(text: str) -> SubOps | None:
     if text == "[]":
         return NO_SUB_OPS
     pieces = _TIMES.split(text)
+    if len(pieces) == 1:
+        return None  # no times to read: not the tracer's list
     structure = tuple(pieces[0::4])
     kinds = _STRUCTURES.get(structure)
     if kinds is None:
@@ -380,7 +387,7 @@ def _new_structure(structure: tuple[str, ...], pieces: list[str]):
     """The kinds of a list's items (one shared tuple), or _NOT_TIMED; remembered either way."""
     kinds = _NOT_TIMED
     count = len(structure) - 1
-    if count and structure[0].startswith("['") and structure[-1].endswith("']"):
+    if structure[0].startswith("['") and structure[-1].endswith("']"):
         # each item's text before its times, and the one after: "['<before>", "<after>', '<before>", "<after>']"
         between = [structure[0][2:]]
         for middle in structure[1:-1]:
