@@ -40,6 +40,7 @@ SUB_KEYS = (
 )
 REQUIRED_OP_KEYS = ("stage_id", "batch_id", "duration", "timestamp")
 REQUIRED_SUB_KEYS = ("duration", "timestamp")
+_OP_KEY_SET, _REQUIRED_OP_KEY_SET = frozenset(OP_KEYS), frozenset(REQUIRED_OP_KEYS)
 
 _LINE = re.compile(r"rank:(\d+):([A-Za-z_]\w*)\((.*)\)\s*$")
 _LINE_START = re.compile(rb"\s*rank:\d+:[A-Za-z_]\w*\(")
@@ -284,10 +285,11 @@ def parse_line(text: str, file: str, line: int) -> OpRecord:
         raise InputError(where, f"expected rank:<r>:<op>(key=value,...), found {_excerpt(text)}")
     rank_text, op, body = match.groups()
     fields, sub_ops = _op_fields(body)
-    extras = {k: v for k, v in fields.items() if k not in OP_KEYS} or NO_EXTRAS
-    for key in REQUIRED_OP_KEYS:
-        if key not in fields:
-            raise InputError(where, f"{op}: missing {key}= (expected keys {', '.join(OP_KEYS)})")
+    keys = fields.keys()
+    extras = NO_EXTRAS if keys <= _OP_KEY_SET else {k: v for k, v in fields.items() if k not in OP_KEYS} or NO_EXTRAS
+    if not keys >= _REQUIRED_OP_KEY_SET:
+        missing = next(key for key in REQUIRED_OP_KEYS if key not in fields)
+        raise InputError(where, f"{op}: missing {missing}= (expected keys {', '.join(OP_KEYS)})")
     if sub_ops is None:
         sub_ops = parse_sub_operations(fields.get("sub_operations", "[]"), where)
     return OpRecord(
