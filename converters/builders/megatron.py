@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import operator
 from collections import defaultdict
-from itertools import repeat
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from math import prod
 from pathlib import Path
 
@@ -740,7 +740,7 @@ class _RankBuilder:
         plan = []
         starts = _sub_starts(record.sub_ops, reading)
         for index, (kind, start, duration) in enumerate(zip(record.sub_ops.kinds, starts, record.sub_ops.durations)):
-            start, end = start, start + duration
+            end = start + duration
             if start < record.start_ns or end > record.end_ns:
                 start, end = _clipped(start, end, record, self.diagnostics)
             node = Node(
@@ -758,8 +758,10 @@ class _RankBuilder:
                 known = self._sub_comm.get(comm)
             else:  # seen before without a warning: same group, type and size
                 node.coll, node.group, node.size = known
-            if plan is not None:
-                plan = None if known is None else [*plan, (node.name, node.args, *known)]
+            if known is None:  # it warned: each of its kind must be described (and counted) again
+                plan = None
+            elif plan is not None:
+                plan.append((node.name, node.args, *known))
         if plan is not None:
             if len(self._sub_plans) >= 4096:  # sequences the reader could not share: keep memory flat
                 self._sub_plans.clear()
