@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/bench_scheduler.py
 	$(BIN)/python benchmarks/bench_kineto.py
+	$(BIN)/python benchmarks/bench_megatron_read.py
 
 ## proto: regenerate converters/_proto/et_def_pb2.py from schemas/et_def.proto
 # grpcio-tools 1.74.0 bundles the protoc of protobuf 6.31.1, the version mlc-chakra 1.0.0 was built with.

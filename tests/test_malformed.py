@@ -574,7 +574,7 @@ def test_megatron_last_line_cut_mid_character_is_a_cut_line(tmp_path):
                                     "timestamp=4509235587".encode())
     last = text.rstrip(b"\n").rsplit(b"\n", 1)[1]
     log.write_bytes(text[: text.index(last) + last.index("Ü".encode()) + 1])  # half of a two-byte character
-    result = run_cli_here(log, "-o", tmp_path / "o.json")
+    result = run_cli_here(log, "--tp", "2", "-o", tmp_path / "o.json")
     assert result.code == 0, result.stderr
     assert result.stderr == f"et-convert: warning: {log}:8: last line is cut off; converted the 7 complete lines before it\n"
     result = run_cli_here(log, "--strict", "-o", tmp_path / "p.json")

@@ -92,6 +92,7 @@ def parsed_both_ways(monkeypatch, line: str):
     monkeypatch.setattr(megatron_log, "_plain_string_list", lambda text: None)
     monkeypatch.setattr(megatron_log, "_plain_fields", lambda body: None)
     monkeypatch.setattr(megatron_log, "_plain_ms", lambda text: None)
+    monkeypatch.setattr(megatron_log, "_timed_sub_ops", lambda text: None)
     general = parse_or_error(line)
     monkeypatch.undo()
     return fast, general

@@ -142,7 +142,7 @@ def test_cli_on_logs(tmp_path):
 
     clean_files = write_run(tmp_path / "clean", stages=STAGES, tp=TP, microbatches=MB)
     assert len(clean_files) == STAGES * TP
-    clean = run_cli("validate", tmp_path / "clean")
+    clean = run_cli("validate", tmp_path / "clean", "--tp", str(TP))  # stated: no layout guess to warn about
     assert clean.code == 0 and clean.stderr == ""
     assert re.fullmatch(r"validate: 0 errors, 0 warnings · 8 ranks · 10 checks · \d+\.\d s\n", clean.stdout)
     write_run(tmp_path / "bad", stages=STAGES, tp=TP, microbatches=MB, edit=drop)

@@ -294,7 +294,7 @@ def test_an_output_that_is_a_directory_is_one_line_and_exit_2(tmp_path):
     from test_malformed import run_cli_here
 
     (tmp_path / "isdir.json").mkdir()
-    result = run_cli_here(MEGATRON, "-o", tmp_path / "isdir.json")
+    result = run_cli_here(MEGATRON, "--tp", "2", "-o", tmp_path / "isdir.json")
     assert (result.code, result.stderr) == (2, f"et-convert: error: {tmp_path / 'isdir.json'}: cannot write: it is a directory\n")
     assert snapshot(tmp_path) == {"isdir.json": "dir"}
 

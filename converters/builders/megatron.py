@@ -20,15 +20,18 @@ the next op waits only for the step itself.
 from __future__ import annotations
 
 import functools
+import operator
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from math import prod
 from pathlib import Path
 
 from ..diagnostics import Diagnostics, InputError
+from ..gc_pause import paused_gc
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Parallel, Rank, SharedArgs
 from ..options import Options
-from ..readers.megatron_log import OpRecord, SubOp, read_file
+from ..readers.megatron_log import OpRecord, SubOpKind, SubOps, read_file
 from . import per_rank
 from .layout import Layout
 
@@ -112,8 +115,9 @@ class FileSurvey:
 def survey_file(path: Path, options: Options, name: str) -> FileSurvey:
     """Read one log (the per-file phase's first half): the survey, with its records kept."""
     diagnostics = Diagnostics()
-    records = read_file(path, diagnostics, options.strict, name=name)
-    return survey_records(name, str(path), records, diagnostics)
+    with paused_gc():
+        records = read_file(path, diagnostics, options.strict, name=name)
+        return survey_records(name, str(path), records, diagnostics)
 
 
 def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: Diagnostics) -> FileSurvey:
@@ -140,29 +144,49 @@ def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: D
 
 
 def _survey_record(survey: RankSurvey, record: OpRecord, reading: str, first_iteration: bool) -> None:
-    starts = [_sub_start(sub, reading) for sub in record.sub_ops]
-    survey.earliest_ns = min(survey.earliest_ns, record.start_ns, *starts)
+    subs = record.sub_ops
+    survey.earliest_ns = min(survey.earliest_ns, record.start_ns)
+    if subs:
+        survey.earliest_ns = min(survey.earliest_ns, *_sub_starts(subs, reading))
     if record.op == "forward_step":
         survey.max_forward_batch = _larger(survey.max_forward_batch, record.batch)
     if record.op in P2P_OPS:
         survey.max_p2p_batch = _larger(survey.max_p2p_batch, record.batch)
-    new_groups: dict[str | None, SubOp] = {}
-    for sub in record.sub_ops:
-        if sub.group not in survey.groups:
-            new_groups.setdefault(sub.group, sub)
+    new_groups = {group: index for group, index in _first_of_each_group(subs.kinds).items() if group not in survey.groups}
     if first_iteration or new_groups or record.op not in survey.ops:
         survey.summary.append(_header(record, list(new_groups.values())))
         survey.ops.add(record.op)
         survey.groups.update(new_groups)
 
 
+# id of a sequence of kinds (the reader shares one tuple per sequence) -> (the sequence, group -> the position
+# of its first sub-operation); the sequence is kept, so its id stays its own
+_FIRST_OF_EACH_GROUP: dict[int, tuple[tuple, dict[str | None, int]]] = {}
+
+
+def _first_of_each_group(kinds: tuple[SubOpKind, ...]) -> dict[str | None, int]:
+    """Group -> the position of its first sub-operation in a sequence (steps repeat a few sequences)."""
+    known = _FIRST_OF_EACH_GROUP.get(id(kinds))
+    if known is not None:
+        return known[1]
+    first: dict[str | None, int] = {}
+    for index, kind in enumerate(kinds):
+        first.setdefault(kind.group, index)
+    if len(_FIRST_OF_EACH_GROUP) >= 4096:
+        _FIRST_OF_EACH_GROUP.clear()
+    _FIRST_OF_EACH_GROUP[id(kinds)] = (kinds, first)
+    return first
+
+
 def _larger(old: int | None, new: int) -> int:
     return new if old is None else max(old, new)
 
 
-def _header(record: OpRecord, sub_ops: list[SubOp] | None = None) -> OpRecord:
-    """The record without its sub-operations (or with the few given)."""
-    return replace(record, sub_ops=sub_ops or [])
+def _header(record: OpRecord, keep: list[int] | None = None) -> OpRecord:
+    """The record without its sub-operations (or with those at the positions given)."""
+    if not record.sub_ops:
+        return record  # records are never changed: it can be shared
+    return replace(record, sub_ops=record.sub_ops.only(keep or []))
 
 
 @dataclass
@@ -329,13 +353,13 @@ def subop_reading(records: list[OpRecord]) -> tuple[str, str]:
     """
     total = outside_as_end = outside_as_start = 0
     for record in records:
+        subs = record.sub_ops
+        if not subs:
+            continue
         low, high = record.start_ns - STAMP_TOLERANCE_NS, record.end_ns + STAMP_TOLERANCE_NS
-        for sub in record.sub_ops:
-            total += 1
-            if sub.stamp_ns - sub.duration_ns < low or sub.stamp_ns > high:
-                outside_as_end += 1
-            if sub.stamp_ns < low or sub.stamp_ns + sub.duration_ns > high:
-                outside_as_start += 1
+        total += len(subs)
+        outside_as_end += _outside(_sub_starts(subs, "end"), subs.stamps, low, high)
+        outside_as_start += _outside(subs.stamps, list(map(operator.add, subs.stamps, subs.durations)), low, high)
     if total == 0:
         return "end", "no sub-operations"
     if outside_as_start > outside_as_end:
@@ -382,8 +406,16 @@ def _warn_scaling_mode(first: OpRecord, missing: list[int], options: Options, di
     )
 
 
-def _sub_start(sub: SubOp, reading: str) -> int:
-    return sub.stamp_ns - sub.duration_ns if reading == "end" else sub.stamp_ns
+def _sub_starts(subs: SubOps, reading: str):
+    """The sub-operations' starts when their stamps are read as `reading` ("end" or "start") times."""
+    return list(map(operator.sub, subs.stamps, subs.durations)) if reading == "end" else subs.stamps
+
+
+def _outside(starts, ends, low: int, high: int) -> int:
+    """How many of the spans start before `low` or end after `high` (most steps: none, seen at once)."""
+    if min(starts) >= low and max(ends) <= high:
+        return 0
+    return sum(map(operator.or_, map(operator.lt, starts, repeat(low)), map(operator.gt, ends, repeat(high))))
 
 
 # ---------------------------------------------------------------- layout
@@ -393,15 +425,16 @@ def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[
 
     Megatron places ranks TP fastest: stage = rank // (tp·dp). The smallest tp·dp that puts
     every rank on its logged stage_id is used (the whole set of ranks when 0..N-1 are all
-    there); TP > 1 only when TP sub-operations appear, EP > 1 only when expert ones do; pp is
-    the fewest stages the pipeline ops and the 1F1B warmup allow.
+    there); TP > 1 only when TP sub-operations appear (a guess: TP 1 runs log them too, so it is
+    warned about), EP > 1 only when expert ones do; pp is the fewest stages the pipeline ops and
+    the 1F1B warmup allow.
     Returns the layout, a sentence saying what was inferred (empty when nothing was), and the
     doubts: what the ranks leave open that changes this set's peers or groups.
     """
     stages = {r: recs[0].stage for r, recs in by_rank.items()}
     first = {r: recs[0] for r, recs in by_rank.items()}
     ops = [rec for recs in by_rank.values() for rec in recs]
-    subs = [sub for rec in ops for sub in rec.sub_ops]
+    subs = [kind for rec in ops for kind in rec.sub_ops.kinds]
     tp_seen = any(sub.group == "tp" for sub in subs)
     ep_seen = any(sub.group == "exp" for sub in subs) or any(rec.op == "exp_dp_allreduce" for rec in ops)
     embedding_seen = any(rec.op == "ep_allreduce" for rec in ops) or any(sub.group == "ep" for sub in subs)
@@ -442,6 +475,8 @@ def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[
     if not (options.tp and options.dp) and not per_stage_pinned:
         doubts.append(f"the ranks given only show tp*dp >= {per_stage}")
     if tp_seen and not (options.tp or options.dp):
+        if tp > 1:  # the tracer logs the TP all-reduces whatever the TP size: their presence proves nothing
+            doubts.append(f"tp {tp} read from the TP sub-operations, which runs with tp=1 log too")
         others = [f"tp={t}, dp={per_stage // t}" for t in _divisors(per_stage) if t > tp]
         if others:
             doubts.append(f"tp*dp = {per_stage} could also be {' or '.join(others)}")
@@ -578,6 +613,10 @@ class _RankBuilder:
     _group_ids: dict[str, int] = field(default_factory=dict)  # kind -> local id (one group per kind per rank)
     # (group, comm_func, shape, dtype) of a sub-operation -> (coll, group id, size), when it warned of nothing
     _sub_comm: dict[tuple, tuple] = field(default_factory=dict)
+    # (kinds, op, mg_state, stage) of a step's sub-operations -> each one's (name, args, coll, group id, size),
+    # when they warned of nothing: a log repeats a few sequences in thousands of steps. The reader shares
+    # one kinds tuple per sequence, so its id is the key (the value keeps it alive: the id stays its own).
+    _sub_plans: dict[tuple, tuple[tuple, list[tuple]]] = field(default_factory=dict)
 
     def build(self, rank_id: int, records: list[OpRecord], origin: int) -> Rank:
         if rank_id >= self.layout.world:
@@ -585,6 +624,12 @@ class _RankBuilder:
         coords = self.layout.coords(rank_id)
         rank = Rank(rank_id, coords={k: coords[k] for k in ("tp", "dp", "pp", "ep")}, source=Path(records[0].file).name)
         self.rank, self.origin, self.iteration = rank, origin, 0
+        with paused_gc():  # many nodes that stay and form no cycles (gc_pause.py)
+            self._add_ops(records)
+        return rank
+
+    def _add_ops(self, records: list[OpRecord]) -> None:
+        """Every record's node (and its sub-operations'), in program order."""
         frontier: list[int] = []
         index = 0
         while index < len(records):
@@ -600,7 +645,6 @@ class _RankBuilder:
                 index += 1
             if record.op == "optimizer_step":  # the next op belongs to the next iteration
                 self.iteration += 1
-        return rank
 
     def _add_op(self, record: OpRecord, deps: list[int], fused: str | None = None) -> Node:
         node = Node(
@@ -660,27 +704,70 @@ class _RankBuilder:
             self.assumptions.append(sentence)
 
     def _add_sub_ops(self, parent: Node, record: OpRecord, deps: list[int]) -> None:
+        """The step's sub-operations: each starts after the one before it (the first after the step's
+        own predecessors), inside the step, in its group."""
+        subs = record.sub_ops
+        if not subs:
+            return
+        key = (id(subs.kinds), record.op, record.mg_state, record.stage)
+        kinds_plan = self._sub_plans.get(key)
+        if kinds_plan is None:
+            self._add_sub_ops_one_by_one(parent, record, deps, key)
+            return
+        plan = kinds_plan[1]
+        end_stamps = self.readings[record.file][0] == "end"
+        low, high, origin = record.start_ns, record.end_ns, self.origin
+        nodes = self.rank.nodes
+        where, parent_id, microbatch = parent.source, parent.id, parent.microbatch
+        previous = list(deps)
+        for (name, args, coll, group, size), duration, stamp in zip(plan, subs.durations, subs.stamps):
+            start = stamp - duration if end_stamps else stamp
+            end = start + duration
+            if start < low or end > high:
+                start, end = _clipped(start, end, record, self.diagnostics)
+            node = Node(len(nodes), name, NodeKind.COLLECTIVE, end - start, previous, coll=coll, size=size, group=group,
+                        start_ns=start - origin, parent=parent_id, microbatch=microbatch, source=where, args=args)
+            nodes.append(node)
+            previous = [node.id]
+
+    def _add_sub_ops_one_by_one(self, parent: Node, record: OpRecord, deps: list[int], key: tuple) -> None:
+        """The sub-operations of a sequence not seen before (or that warned): each described on its own;
+        the sequence's plan is kept when none of them warned."""
         reading = self.readings[record.file][0]
         previous = list(deps)
         where = parent.source  # one string for the step and all its sub-operations
         nodes = self.rank.nodes
-        for index, sub in enumerate(record.sub_ops):
-            start, end = _clamped(sub, reading, record, self.diagnostics)
+        plan = []
+        starts = _sub_starts(record.sub_ops, reading)
+        for index, (kind, start, duration) in enumerate(zip(record.sub_ops.kinds, starts, record.sub_ops.durations)):
+            end = start + duration
+            if start < record.start_ns or end > record.end_ns:
+                start, end = _clipped(start, end, record, self.diagnostics)
             node = Node(
-                len(nodes), _sub_name(sub.name, sub.comm_func), NodeKind.COLLECTIVE, end - start, previous,
+                len(nodes), _sub_name(kind.name, kind.comm_func), NodeKind.COLLECTIVE, end - start, previous,
                 start_ns=start - self.origin, parent=parent.id, microbatch=parent.microbatch, source=where,
-                args=_sub_args(sub.comm_func, sub.func_name, sub.trace_src_func, sub.group, sub.dtype, sub.shape,
+                args=_sub_args(kind.comm_func, kind.func_name, kind.trace_src_func, kind.group, kind.dtype, kind.shape,
                                record.stage, record.op, record.mg_state, index),
             )
             nodes.append(node)
             previous = [node.id]
-            known = self._sub_comm.get((sub.group, sub.comm_func, sub.shape, sub.dtype))
-            if known is not None:  # seen before without a warning: same group, type and size
+            comm = (kind.group, kind.comm_func, kind.shape, kind.dtype)
+            known = self._sub_comm.get(comm)
+            if known is None:
+                self._describe_sub_op(node, kind, where)
+                known = self._sub_comm.get(comm)
+            else:  # seen before without a warning: same group, type and size
                 node.coll, node.group, node.size = known
-                continue
-            self._describe_sub_op(node, sub, where)
+            if known is None:  # it warned: each of its kind must be described (and counted) again
+                plan = None
+            elif plan is not None:
+                plan.append((node.name, node.args, *known))
+        if plan is not None:
+            if len(self._sub_plans) >= 4096:  # sequences the reader could not share: keep memory flat
+                self._sub_plans.clear()
+            self._sub_plans[key] = (record.sub_ops.kinds, plan)
 
-    def _describe_sub_op(self, node: Node, sub: SubOp, where: str) -> None:
+    def _describe_sub_op(self, node: Node, sub: SubOpKind, where: str) -> None:
         """The sub-operation's group, collective type and size; remembered when nothing was warned about."""
         warnings = sum(entry.count for entry in self.diagnostics.kinds.values())
         kind = LOG_GROUPS.get(sub.group or "tp")
@@ -731,20 +818,17 @@ def _fused(a: OpRecord, b: OpRecord) -> bool:
     )
 
 
-def _clamped(sub: SubOp, reading: str, parent: OpRecord, diagnostics: Diagnostics) -> tuple[int, int]:
-    """The sub-operation's start and end, kept inside its step (the log rounds to 0.01 ms)."""
-    start = _sub_start(sub, reading)
-    end = start + sub.duration_ns
+def _clipped(start: int, end: int, parent: OpRecord, diagnostics: Diagnostics) -> tuple[int, int]:
+    """A sub-operation's start and end that reach outside its step, kept inside it (the log rounds
+    to 0.01 ms; further out is worth a warning)."""
     low, high = parent.start_ns, parent.end_ns
-    if start < low or end > high:
-        if start < low - STAMP_TOLERANCE_NS or end > high + STAMP_TOLERANCE_NS:
-            diagnostics.warn(
-                "megatron-subop-outside",
-                f"{parent.where}: {{count}} sub-operation(s) lie outside their step; clipped to it",
-            )
-        start = min(max(start, low), high)
-        end = min(max(end, start), high)
-    return start, end
+    if start < low - STAMP_TOLERANCE_NS or end > high + STAMP_TOLERANCE_NS:
+        diagnostics.warn(
+            "megatron-subop-outside",
+            f"{parent.where}: {{count}} sub-operation(s) lie outside their step; clipped to it",
+        )
+    start = min(max(start, low), high)
+    return start, min(max(end, start), high)
 
 
 # Names and shape texts repeat across millions of nodes of a long log: build each one once.

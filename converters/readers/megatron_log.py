@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import ast
 import functools
+import operator
 import re
 import sys
+from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..diagnostics import Diagnostics, InputError, at
 from .text import not_utf8
@@ -38,6 +40,7 @@ SUB_KEYS = (
 )
 REQUIRED_OP_KEYS = ("stage_id", "batch_id", "duration", "timestamp")
 REQUIRED_SUB_KEYS = ("duration", "timestamp")
+_OP_KEY_SET, _REQUIRED_OP_KEY_SET = frozenset(OP_KEYS), frozenset(REQUIRED_OP_KEYS)
 
 _LINE = re.compile(r"rank:(\d+):([A-Za-z_]\w*)\((.*)\)\s*$")
 _LINE_START = re.compile(rb"\s*rank:\d+:[A-Za-z_]\w*\(")
@@ -84,6 +87,92 @@ class SubOp:
     def name(self) -> str:
         return self.func_name or self.trace_src_func or self.comm_func or "sub_operation"
 
+    @property
+    def kind(self) -> SubOpKind:
+        return SubOpKind(self.shape, self.dtype, self.group, self.comm_func, self.func_name, self.trace_src_func,
+                         self.extras)
+
+
+class SubOpKind:
+    """What a sub-operation is, without its times: a log repeats a few kinds in every step, so each
+    is made once and shared. Hashed once (the builder looks kinds and their sequences up per step)."""
+
+    __slots__ = ("shape", "dtype", "group", "comm_func", "func_name", "trace_src_func", "extras", "name", "_hash")
+
+    def __init__(self, shape, dtype, group, comm_func, func_name, trace_src_func, extras):
+        self.shape, self.dtype, self.group, self.comm_func = shape, dtype, group, comm_func
+        self.func_name, self.trace_src_func, self.extras = func_name, trace_src_func, extras
+        self.name = func_name or trace_src_func or comm_func or "sub_operation"
+        self._hash = hash(self._fields())
+
+    def _fields(self) -> tuple:
+        return (self.shape, self.dtype, self.group, self.comm_func, self.func_name, self.trace_src_func,
+                tuple(self.extras.items()))
+
+    def __eq__(self, other) -> bool:
+        return self is other or (isinstance(other, SubOpKind) and self._fields() == other._fields())
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):  # string hashes differ between processes: hash again where unpickled
+        return SubOpKind, (self.shape, self.dtype, self.group, self.comm_func, self.func_name,
+                           self.trace_src_func, self.extras)
+
+    def __repr__(self) -> str:
+        return f"SubOpKind({self.name!r}, group={self.group!r}, comm_func={self.comm_func!r}, shape={self.shape})"
+
+    def with_times(self, duration_ns: int, stamp_ns: int) -> SubOp:
+        return SubOp(duration_ns, stamp_ns, self.shape, self.dtype, self.group, self.comm_func, self.func_name,
+                     self.trace_src_func, self.extras)
+
+
+class SubOps(Sequence):
+    """A step's sub-operations as columns: their kinds (one tuple shared by every step that logs
+    the same sequence) and two int64 arrays of times. Items read as `SubOp`s, made on demand."""
+
+    __slots__ = ("kinds", "durations", "stamps")
+
+    def __init__(self, kinds: tuple[SubOpKind, ...] = (), durations: array | None = None, stamps: array | None = None):
+        self.kinds = kinds
+        self.durations = array("q") if durations is None else durations  # ns
+        self.stamps = array("q") if stamps is None else stamps  # ns, as logged
+
+    @classmethod
+    def of(cls, subs) -> SubOps:
+        """From SubOp items; a sequence of kinds seen before gets the tuple made then (shared)."""
+        subs = list(subs)
+        kinds = tuple(sub.kind for sub in subs)
+        if len(_SEQUENCES) >= 1024:
+            _SEQUENCES.clear()
+        kinds = _SEQUENCES.setdefault(kinds, kinds)
+        return cls(kinds, array("q", [sub.duration_ns for sub in subs]), array("q", [sub.stamp_ns for sub in subs]))
+
+    def only(self, positions: list[int]) -> SubOps:
+        """The sub-operations at these positions."""
+        return SubOps(tuple(self.kinds[i] for i in positions), array("q", [self.durations[i] for i in positions]),
+                      array("q", [self.stamps[i] for i in positions]))
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self.kinds[index].with_times(self.durations[index], self.stamps[index])
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, SubOps):
+            return NotImplemented
+        return (self.kinds, self.durations, self.stamps) == (other.kinds, other.durations, other.stamps)
+
+    def __repr__(self) -> str:
+        return f"SubOps({list(self)!r})"
+
+
+_SEQUENCES: dict[tuple[SubOpKind, ...], tuple[SubOpKind, ...]] = {}
+NO_SUB_OPS = SubOps()  # shared by the many steps without sub-operations: never changed
+
 
 @dataclass(slots=True)
 class OpRecord:
@@ -100,7 +189,7 @@ class OpRecord:
     group_kind: str | None
     shape: tuple[int, ...] | None
     dtype: str | None
-    sub_ops: list[SubOp]
+    sub_ops: SubOps
     file: str
     line: int
     extras: Mapping[str, str] = field(default_factory=dict)  # keys the reader does not know
@@ -195,12 +284,14 @@ def parse_line(text: str, file: str, line: int) -> OpRecord:
     if match is None:
         raise InputError(where, f"expected rank:<r>:<op>(key=value,...), found {_excerpt(text)}")
     rank_text, op, body = match.groups()
-    fields = _op_fields(body)
-    extras = {k: v for k, v in fields.items() if k not in OP_KEYS} or NO_EXTRAS
-    for key in REQUIRED_OP_KEYS:
-        if key not in fields:
-            raise InputError(where, f"{op}: missing {key}= (expected keys {', '.join(OP_KEYS)})")
-    sub_ops = parse_sub_operations(fields.get("sub_operations", "[]"), where)
+    fields, sub_ops = _op_fields(body)
+    keys = fields.keys()
+    extras = NO_EXTRAS if keys <= _OP_KEY_SET else {k: v for k, v in fields.items() if k not in OP_KEYS} or NO_EXTRAS
+    if not keys >= _REQUIRED_OP_KEY_SET:
+        missing = next(key for key in REQUIRED_OP_KEYS if key not in fields)
+        raise InputError(where, f"{op}: missing {missing}= (expected keys {', '.join(OP_KEYS)})")
+    if sub_ops is None:
+        sub_ops = parse_sub_operations(fields.get("sub_operations", "[]"), where)
     return OpRecord(
         rank=int(rank_text),
         op=sys.intern(op),
@@ -222,52 +313,123 @@ def parse_line(text: str, file: str, line: int) -> OpRecord:
     )
 
 
-def parse_sub_operations(text: str, where: str) -> list[SubOp]:
+def parse_sub_operations(text: str, where: str) -> SubOps:
     """The `sub_operations=[...]` value: a list literal of 'key=value,...' strings."""
+    timed = _timed_sub_ops(text.strip())
+    if timed is not None:
+        return timed
     items = _plain_string_list(text)
-    if items is not None:
-        return [_sub_op_like_before(item, index, where) for index, item in enumerate(items)]
-    try:
-        items = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        raise InputError(where, f"cannot parse sub_operations: {_SUBOPS_SHAPE}") from None
-    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
-        raise InputError(where, f"cannot parse sub_operations: {_SUBOPS_SHAPE}")
-    return [_parse_sub_op(item, index, where) for index, item in enumerate(items)]
+    if items is None:
+        try:
+            items = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            raise InputError(where, f"cannot parse sub_operations: {_SUBOPS_SHAPE}") from None
+        if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+            raise InputError(where, f"cannot parse sub_operations: {_SUBOPS_SHAPE}")
+    return SubOps.of(_parse_sub_op(item, index, where) for index, item in enumerate(items))
 
 
-# A step's sub-operations differ only in their times: the rest of the text (shape, dtype, group,
-# names) repeats across a log. Each distinct rest is parsed once; its SubOp is the template.
-# Times as the tracer prints them (at most 13 digits, at most 6 decimals: exact in integer ns).
-_SUB_TIMES = re.compile(r"(?:^|,)duration=(\d{1,13})(?:\.(\d{1,6}))?,timestamp=(\d{1,13})(?:\.(\d{1,6}))?(?=,|$)", re.ASCII)
-_SUB_TEMPLATES: dict[str, SubOp] = {}
-_MAX_TEMPLATES = 4096
+# The tracer's lists, read at the speed of a few C loops. A step's sub-operations differ only in
+# their times; the rest of the text (shape, dtype, group, names) repeats across a log. So a list is
+# split at its items' `duration=D,timestamp=W.F` (times as the tracer prints them: at most 13 digits
+# and 6 decimals, exact in integer ns; F is "" without decimals) and the text between the times,
+# the list's "structure", is looked up: a log has a few. A new structure is checked once (a plain
+# list: no quotes or backslashes inside its items) and each of its items' text around the times
+# gets its kind from the general parser. Anything else (and every error) is the general parser's.
+_TIMES = re.compile(r"duration=([0-9]{1,13}(?:\.[0-9]{1,6})?),timestamp=([0-9]{1,13})(?:\.(?=[0-9]))?((?<=\.)[0-9]{1,6}|)")
+_SCALE = tuple(10 ** (6 - digits) for digits in range(7))  # ns per unit of a time's last decimal
 _MAX_NS = MAX_MS * 1_000_000
+_NOT_TIMED = object()  # a structure or an item the general parser must read
+_STRUCTURES: dict[tuple[str, ...], object] = {}  # the texts between the times -> their kinds, or _NOT_TIMED
+_KINDS: dict[tuple[str, str], object] = {}  # an item's text before and after its times -> SubOpKind, or _NOT_TIMED
+_MAX_CACHED = 1024
 
 
-def _sub_op_like_before(text: str, index: int, where: str) -> SubOp:
-    """The sub-operation, from the template of a text that differed only in its two times."""
-    times = _SUB_TIMES.search(text)
-    if times is None:
-        return _parse_sub_op(text, index, where)
-    duration_end = times.end(2) if times.group(2) else times.end(1)
-    rest = text[:times.start(1)] + "," + text[duration_end:times.start(3)] + "," + text[times.end():]
-    template = _SUB_TEMPLATES.get(rest)
-    if template is None:
-        sub = _parse_sub_op(text, index, where)
-        # a key names its text's fields only when no second duration= or timestamp= hides in it
-        if rest.count("duration=") == 1 and rest.count("timestamp=") == 1:
-            if len(_SUB_TEMPLATES) >= _MAX_TEMPLATES:
-                _SUB_TEMPLATES.clear()
-            _SUB_TEMPLATES[rest] = sub
-        return sub
-    whole, fraction, stamp_whole, stamp_fraction = times.groups()
-    duration = int(whole) * 1_000_000 + (int(fraction.ljust(6, "0")) if fraction else 0)
-    stamp = int(stamp_whole) * 1_000_000 + (int(stamp_fraction.ljust(6, "0")) if stamp_fraction else 0)
-    if duration > _MAX_NS or stamp > _MAX_NS:
-        return _parse_sub_op(text, index, where)  # its error
-    return SubOp(duration, stamp, template.shape, template.dtype, template.group, template.comm_func,
-                 template.func_name, template.trace_src_func, template.extras)
+class _DurationsNs(dict):
+    """Duration text -> ns; a log repeats a few durations."""
+
+    def __missing__(self, text: str) -> int:
+        whole, _, fraction = text.partition(".")
+        if len(self) >= _MAX_CACHED:
+            self.clear()
+        ns = self[text] = int(whole + fraction) * _SCALE[len(fraction)]
+        return ns
+
+
+_DURATIONS_NS = _DurationsNs()
+
+
+def _timed_sub_ops(text: str) -> SubOps | None:
+    """A list as the tracer writes it, read without a Python step per item; None when the general
+    parser must read it (it then finds any error)."""
+    if text == "[]":
+        return NO_SUB_OPS
+    pieces = _TIMES.split(text)
+    if len(pieces) == 1:
+        return None  # no times to read: not the tracer's list
+    structure = tuple(pieces[0::4])
+    kinds = _STRUCTURES.get(structure)
+    if kinds is None:
+        kinds = _new_structure(structure, pieces)
+    if kinds is _NOT_TIMED:
+        return None
+    wholes, fractions = pieces[2::4], pieces[3::4]
+    try:
+        durations = array("q", map(_DURATIONS_NS.__getitem__, pieces[1::4]))
+        stamps = array("q", map(operator.mul, map(int, map(operator.add, wholes, fractions)),
+                                map(_SCALE.__getitem__, map(len, fractions))))
+    except OverflowError:
+        return None
+    if max(durations) > _MAX_NS or max(stamps) > _MAX_NS:
+        return None
+    return SubOps(kinds, durations, stamps)
+
+
+def _new_structure(structure: tuple[str, ...], pieces: list[str]):
+    """The kinds of a list's items (one shared tuple), or _NOT_TIMED; remembered either way."""
+    kinds = _NOT_TIMED
+    count = len(structure) - 1
+    if structure[0].startswith("['") and structure[-1].endswith("']"):
+        # each item's text before its times, and the one after: "['<before>", "<after>', '<before>", "<after>']"
+        between = [structure[0][2:]]
+        for middle in structure[1:-1]:
+            between.extend(middle.split("', '") if middle.count("', '") == 1 else ["'"])  # "'": not plain
+        between.append(structure[-1][:-2])
+        if not any(("'" in part or "\\" in part) for part in between):
+            found = [_kind(between[2 * i], between[2 * i + 1], pieces[4 * i + 1:4 * i + 4], i) for i in range(count)]
+            if _NOT_TIMED not in found:
+                kinds = tuple(found)
+    if len(_STRUCTURES) >= _MAX_CACHED:
+        _STRUCTURES.clear()
+    _STRUCTURES[structure] = kinds
+    return kinds
+
+
+def _kind(before: str, after: str, times: list[str], index: int):
+    """The kind of the items that read `before` + times + `after`, from the general parser;
+    _NOT_TIMED unless the times are surely the fields the general parser reads (duration= and
+    timestamp= appear once, as fields, with these values) and the item reads without an error."""
+    duration, whole, fraction = times
+    stamp = f"{whole}.{fraction}" if fraction else whole
+    key = (before, after)
+    kind = _KINDS.get(key)
+    if kind is not None:
+        return kind
+    kind = _NOT_TIMED
+    text = f"{before}duration={duration},timestamp={stamp}{after}"
+    if (before == "" or before.endswith(",")) and (after == "" or after.startswith(",")) and not any(
+        name in part for part in (before, after) for name in ("duration=", "timestamp=")
+    ):
+        fields = _plain_fields(text) or split_fields(text, SUB_KEYS)
+        if fields.get("duration") == duration and fields.get("timestamp") == stamp:
+            try:
+                kind = _parse_sub_op(text, index, "").kind
+            except InputError:
+                pass
+    if len(_KINDS) >= _MAX_CACHED:
+        _KINDS.clear()
+    _KINDS[key] = kind
+    return kind
 
 
 def _parse_sub_op(text: str, index: int, where: str) -> SubOp:
@@ -317,17 +479,21 @@ def _plain_fields(body: str) -> dict[str, str] | None:
     return fields if len(fields) == len(pairs) else None
 
 
-def _op_fields(body: str) -> dict[str, str]:
-    """An op line's fields. Its long `sub_operations` list (the last field) is cut off first when the
-    rest is plain, so the general splitter never walks the list's characters."""
+def _op_fields(body: str) -> tuple[dict[str, str], SubOps | None]:
+    """An op line's fields, and its sub-operations when they were read on the way. The long
+    `sub_operations` list (the last field) is cut off first when it is plain, so the general
+    splitter never walks the list's characters."""
     cut = body.rfind(_SUBOPS_TAIL)
-    if cut >= 0 and _PLAIN_LIST.fullmatch(body, cut + len(_SUBOPS_TAIL) - 1) is not None:
-        head = _plain_fields(body[:cut])
-        # only known keys: an unknown one may belong to a description with commas (split_fields)
-        if head is not None and all(key in _HEAD_KEYS for key in head):
-            head["sub_operations"] = body[cut + len(_SUBOPS_TAIL) - 1:]
-            return head
-    return split_fields(body, OP_KEYS, free_text=("description",))
+    if cut >= 0:
+        tail = body[cut + len(_SUBOPS_TAIL) - 1:]
+        sub_ops = _timed_sub_ops(tail)
+        if sub_ops is not None or _PLAIN_LIST.fullmatch(tail) is not None:
+            head = _plain_fields(body[:cut])
+            # only known keys: an unknown one may belong to a description with commas (split_fields)
+            if head is not None and head.keys() <= _HEAD_KEYS:
+                head["sub_operations"] = tail
+                return head, sub_ops
+    return split_fields(body, OP_KEYS, free_text=("description",)), None
 
 
 def split_fields(body: str, known: tuple[str, ...], free_text: tuple[str, ...] = ()) -> dict[str, str]:
@@ -423,9 +589,12 @@ def parse_ms(text: str, key: str, where: str) -> int:
     return int((number * 1_000_000).to_integral_value())
 
 
+_INT = re.compile(r"-?\d+")
+
+
 def parse_int(text: str, key: str, where: str) -> int:
     value = text.strip()
-    if not re.fullmatch(r"-?\d+", value):
+    if not _INT.fullmatch(value):
         raise InputError(where, f"{key}: expected an integer, found {_excerpt(value)}")
     return int(value)
 

@@ -46,9 +46,7 @@ drawn when the ranks' clocks are unrelated (measured scaling-mode logs, see `one
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import math
 import operator
 from array import array
@@ -57,6 +55,7 @@ from itertools import compress, count, islice, repeat
 from typing import Any, Callable
 
 from ..diagnostics import Diagnostics, UsageError
+from ..gc_pause import paused_gc
 from ..model import ExecutionTrace, NodeKind, Rank
 from ..ranks import compact_ranks, parse_rank_list
 from ..scheduler.summary import headline
@@ -314,22 +313,6 @@ def default_subset(trace: ExecutionTrace) -> tuple[list[int], str]:
 
 
 # ---------------------------------------------------------------- the plan
-
-
-@contextlib.contextmanager
-def paused_gc():
-    """Pause the cyclic GC while building or writing a plan.
-
-    A plan is millions of small objects without cycles; the GC would rescan all of them on
-    every few thousand allocations, which makes a large trace several times slower.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def plan_trace(
