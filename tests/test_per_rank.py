@@ -149,13 +149,13 @@ def test_a_worker_that_dies_fails_the_run_with_one_error_and_no_output(tmp_path)
     pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
     import dask
 
-    from converters.builders import cluster
+    from converters.builders import per_rank
 
     paths = logs(tmp_path)
     dying = PerRankFormat(_dying_survey, megatron.plan, megatron.build_file, megatron.merge)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         with pytest.raises(InputError) as caught:
-            cluster.run(dying, paths, Options(cluster="local:2"), Diagnostics())
+            per_rank.run(dying, paths, Options(cluster="local:2"), Diagnostics())
     # the first file (in the order given) whose work was on the lost worker is named
     assert re.fullmatch(rf"--cluster local:2: a worker was lost while reading {tmp_path}/logs/rank\d\.log "
                         r"\(KilledWorker\); nothing was written", str(caught.value))
