@@ -14,6 +14,7 @@ from conftest import SAMPLES, run_cli
 from converters.builders import megatron
 from converters.builders.per_rank import PerRankFormat
 from converters.diagnostics import Diagnostics, InputError
+from converters.model import NodeKind
 from converters.options import Options
 from converters.readers import megatron_log
 from helpers.megatron_synth import replace_in_op, run_lines, write_run
@@ -159,3 +160,63 @@ def test_a_worker_that_dies_fails_the_run_with_one_error_and_no_output(tmp_path)
     # the first file (in the order given) whose work was on the lost worker is named
     assert re.fullmatch(rf"--cluster local:2: a worker was lost while reading {tmp_path}/logs/rank\d\.log "
                         r"\(KilledWorker\); nothing was written", str(caught.value))
+
+
+# ---------------------------------------------------------------- Chakra sets written by the workers
+
+def clean_logs(tmp_path: Path) -> list[Path]:
+    """8 ranks with nothing the gate reports: the workers write the rank files."""
+    return write_run(tmp_path / "clean", stages=4, tp=2, microbatches=4)
+
+
+def chakra_set(tmp_path: Path, paths: list[Path], name: str, *extra: str) -> tuple[dict[str, bytes], str]:
+    out = tmp_path / name
+    result = run_cli(*paths, "--to", "chakra", "-o", out / "w", *extra)
+    assert result.code == 0, result.stderr
+    return outputs(out), result.stderr
+
+
+@pytest.mark.parametrize("where", [["--jobs", "2"], ["--cluster", "local:2"]], ids=["jobs", "cluster"])
+def test_workers_write_the_rank_files_of_a_clean_set_with_the_local_bytes(tmp_path, monkeypatch, where):
+    if where[0] == "--cluster":
+        pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    from converters.writers import chakra
+
+    paths = clean_logs(tmp_path)
+    here, said_here = chakra_set(tmp_path, paths, "here")
+    there, said_there = chakra_set(tmp_path, paths, "there", *where)
+    assert len(here) == 8 + 1 and here == there
+    assert said_here == said_there
+    # the same through the API: the workers wrote the ranks (no local fallback); this process
+    # holds only their communication skeletons
+    taken = []
+    real = chakra.write_by_workers
+    monkeypatch.setattr(chakra, "write_by_workers", lambda *a: taken.append(1) or real(*a))
+    option = {"jobs": 2} if where[0] == "--jobs" else {"cluster": "local:2"}
+    trace = etc.convert(paths, tmp_path / "api" / "w", to="chakra", diagnostics=Diagnostics(), **option)
+    assert taken == [1]
+    assert outputs(tmp_path / "api") == here
+    assert all(n.kind is not NodeKind.COMPUTE for rank in trace.ranks.values() for n in rank.nodes)
+
+
+def test_a_set_the_gate_reports_on_is_gated_and_written_as_a_local_run_does(tmp_path):
+    paths = clean_logs(tmp_path)
+    lines = paths[2].read_text().splitlines()
+    lost = next(i for i, line in enumerate(lines) if "send_forward" in line)
+    paths[2].write_text("\n".join(lines[:lost] + lines[lost + 1:]) + "\n")  # a send its receiver waits for
+    here = run_cli(*paths, "--to", "chakra", "-o", tmp_path / "here" / "w")
+    there = run_cli(*paths, "--to", "chakra", "--jobs", "2", "-o", tmp_path / "there" / "w")
+    assert here.code == there.code == 2
+    assert "refusing to write a Chakra set" in here.stderr and here.stderr == there.stderr
+    assert not (tmp_path / "there").exists() or not any((tmp_path / "there").iterdir())
+
+
+def test_the_skeleton_keeps_comm_nodes_and_their_waits_through_compute():
+    from converters.model import CollType, Node, Rank
+    from converters.rank_files import skeleton
+
+    nodes = [Node(0, "c", NodeKind.COMPUTE), Node(1, "ar", NodeKind.COLLECTIVE, deps=[0], coll=CollType.ALL_REDUCE, size=8),
+             Node(2, "c", NodeKind.COMPUTE, deps=[1]), Node(3, "c", NodeKind.COMPUTE, deps=[2, 0]),
+             Node(4, "s", NodeKind.SEND, deps=[3], peer=1, tag=0, size=8), Node(5, "r", NodeKind.RECV, ctrl_deps=[1, 3], peer=1, tag=1, size=8)]
+    out = skeleton(Rank(0, nodes=nodes))
+    assert [(n.id, n.deps, n.ctrl_deps) for n in out.nodes] == [(1, [], []), (4, [1], []), (5, [1], [])]

@@ -376,6 +376,7 @@ def _adopt(trace: ExecutionTrace, summary: RankSummary, diagnostics: Diagnostics
 
 
 MEGATRON = per_rank.PerRankFormat(survey_file, plan, build_file, merge, summarize, join, finish)
+PER_RANK_FORMAT = MEGATRON  # what `converters.api` looks for to let workers write a Chakra set
 
 
 # ---------------------------------------------------------------- grouping and checks
