@@ -58,8 +58,9 @@ def _note_reading(paths: list[Path], name: str, diagnostics: Diagnostics) -> Non
     diagnostics.note(f"reading {', '.join(p.name for p in paths[:3])}{' ...' if len(paths) > 3 else ''} as {name}")
 
 
-def _after_load(trace: ExecutionTrace, name: str, paths: list[Path], diagnostics: Diagnostics) -> None:
-    if name not in VERBATIM_FORMATS:
+def _after_load(trace: ExecutionTrace, name: str, paths: list[Path], diagnostics: Diagnostics,
+                demote: bool = True) -> None:
+    if demote and name not in VERBATIM_FORMATS:
         demote_one_rank_collectives(trace)
     trace.source.format = trace.source.format or name
     if not trace.source.files:
@@ -156,7 +157,7 @@ def convert(
         name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
         _note_reading(paths, name, diagnostics)
         return rank_files.convert(per_rank_format, paths, Path(output), options, diagnostics,
-                                  lambda trace: _after_load(trace, name, paths, diagnostics))
+                                  lambda trace: _after_load(trace, name, paths, diagnostics, demote=False))
     trace = read(paths, fmt, options, diagnostics)
     write(trace, output, to, options, diagnostics)
     return trace

@@ -2,22 +2,23 @@
 
 The workers (`builders/per_rank.py`) build their files' ranks and keep them; this process joins
 only what crosses ranks (the format's `join`: groups, assumptions, where sends start) and the
-workers finish their ranks with it. Then, before anything is written, the checks of
-`converters.api.write`:
+workers finish their ranks with it. The checks of `converters.api.write` are split by what
+they need:
 
-- on each worker, per rank: the one-member-collective pass (`builders/one_rank.py`, which needs
-  only the trace's groups) and the validator's per-rank checks (graph, attributes, nodes,
-  pipeline, timing on one rank);
-- here: the validator's whole gate on the ranks' communication skeletons (every send, receive
-  and collective with its dependencies on earlier ones, compute left out): rank set, groups,
-  collective sequences, send/receive matching, clocks between ranks, the deadlock dry run.
+- on each worker, per rank, on the whole rank: the one-member-collective pass
+  (`builders/one_rank.py`, which needs only the trace's groups) and the validator's per-rank
+  checks (graph, attributes, nodes, pipeline, timing);
+- here, on every rank's communication skeleton (its sends, receives and collectives, each
+  depending on the nearest earlier ones its dependencies lead to through compute): the
+  cross-rank checks (rank set, groups, collective sequences, send/receive matching, clocks
+  between ranks, the deadlock dry run).
 
-A clean set is then written by the workers (each its ranks' `.et` files, with the writer's
-code, into the temporary folder `atomic_set` renames only when every file is there) and
-here (comm_group.json). Any finding that `api.write` would report (an error, a warning, a
-partial rank set) sends every rank here instead, and the set is gated and written as a local
-run does, so messages are the same too. A worker lost on the way fails the run with one error
-and nothing written.
+While this process checks, the workers already write their ranks' `.et` files (the writer's
+code, into the temporary folder `atomic_set` renames only when the whole set is there); this
+process writes comm_group.json. Any finding that `api.write` would report (an error, a
+warning, a partial rank set) discards those files and brings every rank here, where the set
+is gated and written as a local run does, so the messages are the same too. A worker lost on
+the way fails the run with one error and nothing written.
 """
 
 from __future__ import annotations
@@ -29,41 +30,62 @@ from pathlib import Path
 from .builders import per_rank
 from .builders.one_rank import ASSUMPTION, KEPT, demote_one_rank_collectives, warn_if_kept
 from .diagnostics import Diagnostics
-from .model import COMM_KINDS, ExecutionTrace, Rank
+from .model import COMM_KINDS, CollType, ExecutionTrace, Node, NodeKind, Rank
 from .options import Options
 from .validate.findings import ERROR, WARNING
 from .writers import chakra
+from .writers.atomic import atomic_set
 
-# The validator's checks that look at one rank's nodes only.
+# The validator's checks (validate/__init__.py), by where they run.
 PER_RANK_CHECKS = ("graph", "attributes", "nodes", "pipeline", "timing")
+CROSS_RANK_CHECKS = ("rank-set", "groups", "collectives", "p2p", "timing", "deadlock")
+
+
+class Reported(Exception):
+    """The checks found what `api.write` reports: the set is written the local way."""
 
 
 def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, options: Options,
             diagnostics: Diagnostics, finish_read) -> ExecutionTrace:
-    """Read `paths` and write the Chakra set `output`; returns the model (ranks as skeletons
-    when the workers wrote them). `finish_read(trace)` does what `api.read` does after a load."""
+    """Read `paths` and write the Chakra set `output`; returns the model (each rank's
+    communication skeleton when the workers wrote the files). `finish_read(trace)` does what
+    `api.read` does after a load, but the one-member-collective pass (done on the workers)."""
     with per_rank.start_workers(fmt, paths, options) as workers:
         trace = workers.keep_parts(diagnostics).trace
         checked = workers.each_rank(_finish_and_check, (replace(trace, ranks={}), options), "checking")
         _record_demoted(trace, checked)
-        trace.ranks = {facts.rank.rank: facts.rank for facts in checked}
+        trace.ranks = {rank.rank: rank for rank in map(from_skeleton, checked)}
         finish_read(trace)
-        if all(facts.clean for facts in checked) and _clean(trace, options):
-            warn_if_kept(trace, diagnostics)
-            chakra.write_by_workers(trace, output, diagnostics, workers.each_rank)
+        try:
+            _write_if_clean(trace, output, options, diagnostics, workers, all(facts.clean for facts in checked))
             return trace
-        trace.ranks = dict(zip(trace.ranks, workers.each_rank(_whole, None, "sending")))
-    from .api import write  # any finding: gated and written here, as a local run does
+        except Reported:
+            trace.ranks = dict(zip(trace.ranks, workers.each_rank(_whole, None, "sending")))
+    from .api import write
 
     write(trace, output, "chakra", options, diagnostics)
     return trace
 
 
-class RankFacts:
-    """What a worker tells about one finished rank: its skeleton, the collectives it demoted."""
+def _write_if_clean(trace: ExecutionTrace, output: Path, options: Options, diagnostics: Diagnostics,
+                    workers: per_rank.Workers, ranks_clean: bool) -> None:
+    name = Path(output).name
+    with atomic_set(Path(output)) as tmpdir:
+        written = workers.each_rank_later(chakra.write_rank_file, chakra.rank_file_job(trace, tmpdir, name), "writing")
+        clean = ranks_clean and _clean(trace, options)
+        counts = written()
+        if not clean:
+            raise Reported
+        warn_if_kept(trace, diagnostics)
+        chakra.finish_set(trace, tmpdir, name, counts, diagnostics)
 
-    def __init__(self, rank: Rank, clean: bool, demoted: int, first: str):
-        self.rank, self.clean, self.demoted, self.first = rank, clean, demoted, first
+
+class RankFacts:
+    """What a worker tells about one finished rank: its skeleton (`skeleton`), whether its
+    per-rank checks are clean, the one-member collectives it turned into compute."""
+
+    def __init__(self, rank: Rank, rows: list[tuple], clean: bool, demoted: int, first: str):
+        self.rank, self.rows, self.clean, self.demoted, self.first = rank, rows, clean, demoted, first
 
 
 def _finish_and_check(rank: Rank, shell_and_options) -> RankFacts:
@@ -71,48 +93,70 @@ def _finish_and_check(rank: Rank, shell_and_options) -> RankFacts:
     one = replace(shell, ranks={rank.rank: rank}, metadata={}, assumptions=[])
     demoted = demote_one_rank_collectives(one)
     first = one.metadata[KEPT]["first"] if demoted else ""
-    return RankFacts(skeleton(rank), _clean_rank(one, options), demoted, first)
-
-
-def _clean_rank(one: ExecutionTrace, options: Options) -> bool:
-    from .validate import _checks
-    from .validate.context import build_context
-
-    ctx = build_context(one, options)
-    for name, check in _checks():
-        if name in PER_RANK_CHECKS and any(_reported(f) for f in check(ctx) or ()):
-            return False
-    return True
+    clean = not _reported_by(one, options, PER_RANK_CHECKS)
+    return RankFacts(replace(rank, nodes=[]), skeleton(rank), clean, demoted, first)
 
 
 def _clean(trace: ExecutionTrace, options: Options) -> bool:
-    from .validate import validate_trace
-
-    return not any(_reported(f) for f in validate_trace(trace, options).findings)
+    return not _reported_by(trace, options, CROSS_RANK_CHECKS)
 
 
-def _reported(finding) -> bool:
-    """A finding `validate.gate` turns into an error or a warning."""
-    return finding.severity in (ERROR, WARNING) or finding.code == "I024"
+def _reported_by(trace: ExecutionTrace, options: Options, names: tuple[str, ...]) -> bool:
+    """True when a check of `names` finds what `validate.gate` reports (an error, a warning,
+    a partial rank set)."""
+    from .validate import _checks
+    from .validate.context import build_context
+
+    ctx = build_context(trace, options)
+    for name, check in _checks():
+        if name in names:
+            for finding in check(ctx) or ():
+                if finding.severity in (ERROR, WARNING) or finding.code == "I024":
+                    return True
+    return False
 
 
-def skeleton(rank: Rank) -> Rank:
-    """The rank's sends, receives and collectives, each depending on the nearest earlier ones
-    its dependencies lead to through compute: what other ranks and the dry run need."""
+def skeleton(rank: Rank) -> list[tuple]:
+    """The rank's sends, receives and collectives as rows (the fields other ranks and the dry
+    run read), each depending on the nearest earlier ones its dependencies lead to through
+    compute. Rows, not nodes: a tuple of plain values crosses processes several times faster."""
     through: dict[int, list[int]] = {}  # compute node -> the comm nodes it waits for
     comm: set[int] = set()
-    nodes = []
+    rows = []
     for node in rank.nodes:
-        deps = []
-        for dep in chain(node.deps, node.ctrl_deps):
-            deps.extend((dep,) if dep in comm else through.get(dep, (dep,)))
-        deps = list(dict.fromkeys(deps))
+        if node.ctrl_deps or not comm.issuperset(node.deps):
+            deps = []
+            for dep in chain(node.deps, node.ctrl_deps):
+                deps.extend((dep,) if dep in comm else through.get(dep, (dep,)))
+            if len(deps) > 1:
+                deps = list(dict.fromkeys(deps))
+        else:  # the common case: it waits for comm nodes only
+            deps = list(node.deps)
         if node.kind in COMM_KINDS:
             comm.add(node.id)
-            nodes.append(replace(node, deps=deps, ctrl_deps=[]))
+            rows.append((node.id, node.name, int(node.kind), node.duration_ns, deps,
+                         None if node.coll is None else int(node.coll), node.size, node.group, node.peer, node.tag,
+                         node.start_ns, node.stream, node.parent, node.microbatch, node.args))
         else:
             through[node.id] = deps
-    return replace(rank, nodes=nodes)
+    return rows
+
+
+KINDS = {int(kind): kind for kind in NodeKind}
+COLLS = {None: None, **{int(coll): coll for coll in CollType}}
+
+
+def from_skeleton(facts: RankFacts) -> Rank:
+    """The rank with its skeleton's nodes (no sources, attributes or IO info: the checks here
+    read none of them)."""
+    facts.rank.nodes = [
+        Node(id, name, KINDS[kind], duration, deps, [], COLLS[coll], size, group, peer, tag, start, stream, parent,
+             microbatch, None, args)
+        for id, name, kind, duration, deps, coll, size, group, peer, tag, start, stream, parent, microbatch, args
+        in facts.rows
+    ]
+    facts.rows = None
+    return facts.rank
 
 
 def _whole(rank: Rank, _) -> Rank:

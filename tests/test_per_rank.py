@@ -190,8 +190,8 @@ def test_workers_write_the_rank_files_of_a_clean_set_with_the_local_bytes(tmp_pa
     # the same through the API: the workers wrote the ranks (no local fallback); this process
     # holds only their communication skeletons
     taken = []
-    real = chakra.write_by_workers
-    monkeypatch.setattr(chakra, "write_by_workers", lambda *a: taken.append(1) or real(*a))
+    real = chakra.finish_set
+    monkeypatch.setattr(chakra, "finish_set", lambda *a: taken.append(1) or real(*a))
     option = {"jobs": 2} if where[0] == "--jobs" else {"cluster": "local:2"}
     trace = etc.convert(paths, tmp_path / "api" / "w", to="chakra", diagnostics=Diagnostics(), **option)
     assert taken == [1]
@@ -213,10 +213,38 @@ def test_a_set_the_gate_reports_on_is_gated_and_written_as_a_local_run_does(tmp_
 
 def test_the_skeleton_keeps_comm_nodes_and_their_waits_through_compute():
     from converters.model import CollType, Node, Rank
-    from converters.rank_files import skeleton
+    from converters.rank_files import RankFacts, from_skeleton, skeleton
 
     nodes = [Node(0, "c", NodeKind.COMPUTE), Node(1, "ar", NodeKind.COLLECTIVE, deps=[0], coll=CollType.ALL_REDUCE, size=8),
              Node(2, "c", NodeKind.COMPUTE, deps=[1]), Node(3, "c", NodeKind.COMPUTE, deps=[2, 0]),
              Node(4, "s", NodeKind.SEND, deps=[3], peer=1, tag=0, size=8), Node(5, "r", NodeKind.RECV, ctrl_deps=[1, 3], peer=1, tag=1, size=8)]
-    out = skeleton(Rank(0, nodes=nodes))
-    assert [(n.id, n.deps, n.ctrl_deps) for n in out.nodes] == [(1, [], []), (4, [1], []), (5, [1], [])]
+    rows = skeleton(Rank(0, nodes=nodes))
+    assert [(row[0], row[4]) for row in rows] == [(1, []), (4, [1]), (5, [1])]
+    back = from_skeleton(RankFacts(Rank(0), rows, True, 0, ""))
+    assert [(n.id, n.kind, n.coll, n.deps, n.peer, n.tag, n.size) for n in back.nodes] == [
+        (1, NodeKind.COLLECTIVE, CollType.ALL_REDUCE, [], None, None, 8),
+        (4, NodeKind.SEND, None, [1], 1, 0, 8), (5, NodeKind.RECV, None, [1], 1, 1, 8)]
+
+
+def _dying_writer(rank, job):
+    if rank.rank == 5:
+        os._exit(1)  # the worker process dies after writing some ranks' files
+    return _real_writer(rank, job)
+
+
+_real_writer = None
+
+
+def test_a_jobs_worker_that_dies_while_writing_leaves_no_set(tmp_path, monkeypatch):
+    from converters.writers import chakra
+
+    global _real_writer
+    _real_writer = chakra.write_rank_file
+    paths = clean_logs(tmp_path)
+    monkeypatch.setattr(chakra, "write_rank_file", _dying_writer)  # the workers are forked with it
+    out = tmp_path / "out"
+    with pytest.raises(InputError) as caught:
+        etc.convert(paths, out / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
+    assert re.fullmatch(rf"a --jobs worker process died while writing {tmp_path}/clean/rank\d\.log or a file after it",
+                        str(caught.value))
+    assert list(out.iterdir()) == []

@@ -40,13 +40,14 @@ class DaskWorkers(per_rank.Workers):
         small = self.client.map(_detached, self.state, pure=False)
         return self._results(small, "reading")
 
-    def step(self, step, arg, doing: str) -> list:
+    def start(self, step, arg, doing: str):
         count = len(self.paths)
         arg_remote = self.client.scatter(arg, broadcast=True) if arg is not None else None
         pairs = self.client.map(step, [self.fmt] * count, [self.options] * count, self.state, [arg_remote] * count,
                                 pure=False)
         self.state = self.client.map(operator.itemgetter(0), pairs, pure=False)
-        return self._results(self.client.map(operator.itemgetter(1), pairs, pure=False), doing)
+        results = self.client.map(operator.itemgetter(1), pairs, pure=False)
+        return lambda: self._results(results, doing)
 
     def _results(self, futures: list, doing: str) -> list:
         return [_result(future, path, self.options, doing) for future, path in zip(futures, self.paths)]

@@ -101,7 +101,9 @@ class Workers:
     """Workers that survey the files, then run steps over what they keep of each file.
 
     A step is a module-level function `step(fmt, options, kept, arg) -> (kept, result)`, run once per
-    file where its state is; `step` returns the results in file order.
+    file where its state is; `step` returns the results in file order. `start` sends a step
+    and returns the function that waits for its results, so that this process can work
+    meanwhile (one step at a time).
     """
 
     fmt: PerRankFormat
@@ -111,11 +113,14 @@ class Workers:
     def surveys(self) -> list:
         raise NotImplementedError
 
-    def step(self, step: Callable, arg, doing: str) -> list:
+    def start(self, step: Callable, arg, doing: str) -> Callable[[], list]:
         raise NotImplementedError
 
     def close(self) -> None:
         raise NotImplementedError
+
+    def step(self, step: Callable, arg, doing: str) -> list:
+        return self.start(step, arg, doing)()
 
     def __enter__(self) -> "Workers":
         return self
@@ -142,8 +147,17 @@ class Workers:
 
     def each_rank(self, work: Callable, arg, doing: str) -> list:
         """`work(rank, arg)` for every finished rank, where it is; the results in rank order."""
-        results = [result for file_results in self.step(_each_rank, (work, arg), doing) for result in file_results]
-        return [result for _, result in sorted(results, key=lambda pair: pair[0])]
+        return self.each_rank_later(work, arg, doing)()
+
+    def each_rank_later(self, work: Callable, arg, doing: str) -> Callable[[], list]:
+        """`each_rank` started: returns the function that waits for its results."""
+        collect = self.start(_each_rank, (work, arg), doing)
+
+        def in_rank_order() -> list:
+            results = [result for file_results in collect() for result in file_results]
+            return [result for _, result in sorted(results, key=lambda pair: pair[0])]
+
+        return in_rank_order
 
 
 # Steps: what a worker keeps of a file becomes its survey, then its parts, then its finished ranks.
@@ -185,10 +199,10 @@ class ProcessWorkers(Workers):
     def surveys(self) -> list:
         return _collect(self.links, self.paths, "reading")
 
-    def step(self, step: Callable, arg, doing: str) -> list:
+    def start(self, step: Callable, arg, doing: str) -> Callable[[], list]:
         for link in self.links:
             link.send((step, arg))
-        return _collect(self.links, self.paths, doing)
+        return lambda: _collect(self.links, self.paths, doing)
 
     def close(self) -> None:
         for process in self.processes:

@@ -75,26 +75,26 @@ def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnost
                 write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs, bar)
 
 
-def write_by_workers(trace: ExecutionTrace, output_prefix: Path, diagnostics: Diagnostics, each_rank) -> None:
-    """The set of `trace` whose ranks' nodes are with workers (`converters/rank_files.py`):
-    `each_rank(work, arg, doing)` runs `write_rank_file` where each rank is; this process writes
-    comm_group.json from `trace` (every rank's communication nodes) and reports the counts."""
-    output_prefix = Path(output_prefix)
-    name = output_prefix.name
-    with atomic_set(output_prefix) as tmpdir:
-        _write_comm_groups(trace, used_groups(trace, diagnostics), tmpdir / f"{name}.comm_group.json")
-        shell = replace(trace, ranks={})
-        job = (shell, common_metadata_attrs(trace), str(tmpdir.resolve() / name))
-        counts = each_rank(write_rank_file, job, "writing")
-        report_counts(diagnostics, *map(sum, zip(*counts)))
+def rank_file_job(trace: ExecutionTrace, tmpdir: Path, name: str) -> tuple:
+    """What `write_rank_file` needs beside the rank, for a worker that holds only some ranks of
+    `trace`: the trace without its ranks, the metadata every rank carries, where to write."""
+    return replace(trace, ranks={}), common_metadata_attrs(trace), str(Path(tmpdir).resolve() / name)
 
 
-def write_rank_file(rank: Rank, job) -> tuple[int, int, int, int]:
-    """One rank's `.et` file, encoded as `write` does; the counts `report_counts` reports."""
+def write_rank_file(rank: Rank, job: tuple) -> tuple[int, int, int, int]:
+    """One rank's `.et` file, encoded as `write` does, where the rank is (`converters/rank_files.py`);
+    the counts `report_counts` reports."""
     shell, common, prefix = job
     encoder = RankEncoder(replace(shell, ranks={rank.rank: rank}), Diagnostics(), common)
     write_file(Path(f"{prefix}.{rank.rank}.et"), encoder.rank_chunks(rank))
     return encoder.counts()
+
+
+def finish_set(trace: ExecutionTrace, tmpdir: Path, name: str, counts: list[tuple], diagnostics: Diagnostics) -> None:
+    """The rest of a set whose rank files workers wrote: comm_group.json (from every rank's
+    communication nodes, all `trace` needs to hold) and the writer's warnings, counted."""
+    _write_comm_groups(trace, used_groups(trace, diagnostics), tmpdir / f"{name}.comm_group.json")
+    report_counts(diagnostics, *map(sum, zip(*counts)))
 
 
 def _write_comm_groups(trace: ExecutionTrace, groups: list[int], path: Path) -> None:
