@@ -211,21 +211,6 @@ def test_a_set_the_gate_reports_on_is_gated_and_written_as_a_local_run_does(tmp_
     assert not (tmp_path / "there").exists() or not any((tmp_path / "there").iterdir())
 
 
-def test_the_skeleton_keeps_comm_nodes_and_their_waits_through_compute():
-    from converters.model import CollType, Node, Rank
-    from converters.rank_files import RankFacts, from_skeleton, skeleton
-
-    nodes = [Node(0, "c", NodeKind.COMPUTE), Node(1, "ar", NodeKind.COLLECTIVE, deps=[0], coll=CollType.ALL_REDUCE, size=8),
-             Node(2, "c", NodeKind.COMPUTE, deps=[1]), Node(3, "c", NodeKind.COMPUTE, deps=[2, 0]),
-             Node(4, "s", NodeKind.SEND, deps=[3], peer=1, tag=0, size=8), Node(5, "r", NodeKind.RECV, ctrl_deps=[1, 3], peer=1, tag=1, size=8)]
-    rows = skeleton(Rank(0, nodes=nodes))
-    assert [(row[0], row[4]) for row in rows] == [(1, []), (4, [1]), (5, [1])]
-    back = from_skeleton(RankFacts(Rank(0), rows, True, 0, ""))
-    assert [(n.id, n.kind, n.coll, n.deps, n.peer, n.tag, n.size) for n in back.nodes] == [
-        (1, NodeKind.COLLECTIVE, CollType.ALL_REDUCE, [], None, None, 8),
-        (4, NodeKind.SEND, None, [1], 1, 0, 8), (5, NodeKind.RECV, None, [1], 1, 1, 8)]
-
-
 def _dying_writer(rank, job):
     if rank.rank == 5:
         os._exit(1)  # the worker process dies after writing some ranks' files
