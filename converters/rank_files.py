@@ -27,6 +27,7 @@ from dataclasses import replace
 from itertools import chain
 from pathlib import Path
 
+from . import progress
 from .builders import per_rank
 from .builders.one_rank import ASSUMPTION, KEPT, demote_one_rank_collectives, warn_if_kept
 from .diagnostics import Diagnostics
@@ -51,13 +52,15 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
     communication skeleton when the workers wrote the files). `finish_read(trace)` does what
     `api.read` does after a load, but the one-member-collective pass (done on the workers)."""
     with per_rank.start_workers(fmt, paths, options) as workers:
-        trace = workers.keep_parts(diagnostics).trace
-        checked = workers.each_rank(_finish_and_check, (replace(trace, ranks={}), options), "checking")
+        with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
+            trace = workers.keep_parts(diagnostics).trace
+            checked = workers.each_rank(_finish_and_check, (replace(trace, ranks={}), options), "checking")
         _record_demoted(trace, checked)
         trace.ranks = {rank.rank: rank for rank in map(from_skeleton, checked)}
         finish_read(trace)
         try:
-            _write_if_clean(trace, output, options, diagnostics, workers, all(facts.clean for facts in checked))
+            with progress.bar(f"checking the set, the workers writing {output} (chakra)"):
+                _write_if_clean(trace, output, options, diagnostics, workers, all(facts.clean for facts in checked))
             return trace
         except Reported:
             trace.ranks = dict(zip(trace.ranks, workers.each_rank(_whole, None, "sending")))

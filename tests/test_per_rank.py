@@ -177,16 +177,19 @@ def chakra_set(tmp_path: Path, paths: list[Path], name: str, *extra: str) -> tup
 
 
 @pytest.mark.parametrize("where", [["--jobs", "2"], ["--cluster", "local:2"]], ids=["jobs", "cluster"])
-def test_workers_write_the_rank_files_of_a_clean_set_with_the_local_bytes(tmp_path, monkeypatch, where):
+@pytest.mark.parametrize("logs_of", ["sample", "synthetic"])
+def test_workers_write_the_rank_files_of_a_clean_set_with_the_local_bytes(tmp_path, monkeypatch, where, logs_of):
     if where[0] == "--cluster":
         pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
     from converters.writers import chakra
 
-    paths = clean_logs(tmp_path)
-    here, said_here = chakra_set(tmp_path, paths, "here")
-    there, said_there = chakra_set(tmp_path, paths, "there", *where)
-    assert len(here) == 8 + 1 and here == there
+    # 4 ranks (TP 1, PP 2, DP 2) / 8 ranks (TP 2, PP 4, DP 1): collectives of one member in both
+    paths = sorted((SAMPLES / "megatron_tp1_pp2_dp2").glob("*.log")) if logs_of == "sample" else clean_logs(tmp_path)
+    here, said_here = chakra_set(tmp_path, paths, "here", "-v")
+    there, said_there = chakra_set(tmp_path, paths, "there", "-v", *where)
+    assert len(here) == len(paths) + 1 and here == there
     assert said_here == said_there
+    assert "one-member groups kept as compute" in said_here  # counted across the workers' ranks
     # the same through the API: the workers wrote the ranks (no local fallback); this process
     # holds only their communication skeletons
     taken = []
