@@ -14,6 +14,7 @@ system) under the same name, the output folder writable by the workers.
 from __future__ import annotations
 
 import operator
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -66,8 +67,12 @@ def connect(address: str | None):
         count = address[len(LOCAL):]
         if not count.isdigit() or int(count) < 1:
             raise UsageError(f"--cluster {address}: expected local:N with N >= 1 workers, or tcp://host:port")
-        cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=50)
+        with warnings.catch_warnings():
+            # The scheduler's HTTP server (health checks; no dashboard) takes another port when
+            # 8787 is busy, e.g. another user's cluster: nothing to tell the user.
+            warnings.filterwarnings("ignore", message="Port 8787 is already in use")
+            cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=50)
         return Client(cluster)
     try:
         return Client(address, timeout=10)
