@@ -72,15 +72,14 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
 
 def _write_if_clean(trace: ExecutionTrace, output: Path, options: Options, diagnostics: Diagnostics,
                     workers: per_rank.Workers, ranks_clean: bool) -> None:
-    name = Path(output).name
     with atomic_set(Path(output)) as tmpdir:
-        written = workers.each_rank_later(chakra.write_rank_file, chakra.rank_file_job(trace, tmpdir, name), "writing")
+        written = workers.each_rank_later(chakra.write_rank_file, chakra.rank_file_job(trace, output, tmpdir), "writing")
         clean = ranks_clean and _clean(trace, options)
         counts = written()
         if not clean:
             raise Reported
         warn_if_kept(trace, diagnostics)
-        chakra.finish_set(trace, tmpdir, name, counts, diagnostics)
+        chakra.finish_set(trace, tmpdir, Path(output).name, counts, diagnostics)
 
 
 class RankFacts:
@@ -106,7 +105,7 @@ def _clean(trace: ExecutionTrace, options: Options) -> bool:
 
 def _reported_by(trace: ExecutionTrace, options: Options, names: tuple[str, ...]) -> bool:
     """True when a check of `names` finds what `validate.gate` reports (an error, a warning,
-    a partial rank set)."""
+    a partial rank set). The checks are taken from the validator's own list, by name."""
     from .validate import _checks
     from .validate.context import build_context
 

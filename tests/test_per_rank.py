@@ -236,3 +236,20 @@ def test_a_jobs_worker_that_dies_while_writing_leaves_no_set(tmp_path, monkeypat
     assert re.fullmatch(rf"a --jobs worker process died while writing {tmp_path}/clean/rank\d\.log or a file after it",
                         str(caught.value))
     assert list(out.iterdir()) == []
+
+
+def _full_disk(path, chunks):
+    raise OSError(28, "No space left on device", str(path))
+
+
+def test_a_worker_that_cannot_write_its_rank_file_fails_the_run_with_one_error_and_no_set(tmp_path, monkeypatch):
+    from converters.writers import chakra
+
+    paths = clean_logs(tmp_path)
+    monkeypatch.setattr(chakra, "write_file", _full_disk)  # the workers are forked with it
+    out = tmp_path / "out"
+    with pytest.raises(InputError) as caught:
+        etc.convert(paths, out / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
+    assert re.fullmatch(rf"{out}/w: cannot write rank [0246]'s file on a worker: No space left on device "
+                        r"\(the output folder must be writable by every worker under this path\)", str(caught.value))
+    assert list(out.iterdir()) == []

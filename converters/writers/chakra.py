@@ -30,7 +30,7 @@ import orjson
 from .. import progress
 from .._proto import et_def_pb2 as pb
 from .._proto.wire import ATTR_KINDS, attr_to_proto, int_range, varint
-from ..diagnostics import Diagnostics
+from ..diagnostics import Diagnostics, InputError
 from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
 from ..options import Options
 from ..ranks import compact_ranks
@@ -75,18 +75,23 @@ def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnost
                 write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs, bar)
 
 
-def rank_file_job(trace: ExecutionTrace, tmpdir: Path, name: str) -> tuple:
+def rank_file_job(trace: ExecutionTrace, output_prefix: Path, tmpdir: Path) -> tuple:
     """What `write_rank_file` needs beside the rank, for a worker that holds only some ranks of
     `trace`: the trace without its ranks, the metadata every rank carries, where to write."""
-    return replace(trace, ranks={}), common_metadata_attrs(trace), str(Path(tmpdir).resolve() / name)
+    name = Path(output_prefix).name
+    return replace(trace, ranks={}), common_metadata_attrs(trace), str(Path(tmpdir).resolve() / name), str(output_prefix)
 
 
 def write_rank_file(rank: Rank, job: tuple) -> tuple[int, int, int, int]:
     """One rank's `.et` file, encoded as `write` does, where the rank is (`converters/rank_files.py`);
     the counts `report_counts` reports."""
-    shell, common, prefix = job
+    shell, common, prefix, output_prefix = job
     encoder = RankEncoder(replace(shell, ranks={rank.rank: rank}), Diagnostics(), common)
-    write_file(Path(f"{prefix}.{rank.rank}.et"), encoder.rank_chunks(rank))
+    try:
+        write_file(Path(f"{prefix}.{rank.rank}.et"), encoder.rank_chunks(rank))
+    except OSError as e:  # a worker elsewhere may not see the output folder
+        raise InputError(output_prefix, f"cannot write rank {rank.rank}'s file on a worker: {e.strerror or e} "
+                                        "(the output folder must be writable by every worker under this path)") from None
     return encoder.counts()
 
 
