@@ -143,7 +143,9 @@ def convert(
     """Read `inputs` and write `output` in one call; returns the model that was written.
 
     An unusable output name or option value, or an output that would replace an input, fails
-    before any reading.
+    before any reading. A Chakra set from per-rank logs with `jobs` > 1 or `cluster` is written
+    by the workers (`converters/rank_files.py`): the model returned then holds each rank's
+    communication skeleton (its sends, receives and collectives), not its compute.
     """
     options = replace(options or Options(), **option_values)
     check(options)  # a bad option fails before any input is read, whatever the output
