@@ -23,6 +23,7 @@ the way fails the run with one error and nothing written.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from itertools import chain
 from pathlib import Path
@@ -72,14 +73,23 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
 
 def _write_if_clean(trace: ExecutionTrace, output: Path, options: Options, diagnostics: Diagnostics,
                     workers: per_rank.Workers, ranks_clean: bool) -> None:
-    with atomic_set(Path(output)) as tmpdir:
-        written = workers.each_rank_later(chakra.write_rank_file, chakra.rank_file_job(trace, output, tmpdir), "writing")
-        clean = ranks_clean and _clean(trace, options)
-        counts = written()
-        if not clean:
-            raise Reported
-        warn_if_kept(trace, diagnostics)
-        chakra.finish_set(trace, tmpdir, Path(output).name, counts, diagnostics)
+    parent = Path(output).parent
+    made = [d for d in (parent, *parent.parents) if not d.exists()]  # by atomic_set, deepest first
+    try:
+        with atomic_set(Path(output)) as tmpdir:
+            written = workers.each_rank_later(chakra.write_rank_file, chakra.rank_file_job(trace, output, tmpdir),
+                                              "writing")
+            clean = ranks_clean and _clean(trace, options)
+            counts = written()
+            if not clean:
+                raise Reported
+            warn_if_kept(trace, diagnostics)
+            chakra.finish_set(trace, tmpdir, Path(output).name, counts, diagnostics)
+    except BaseException:
+        for directory in made:  # a refused or failed set leaves no folder behind either
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise
 
 
 class RankFacts:
