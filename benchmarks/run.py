@@ -10,6 +10,7 @@ Numbers, not pass/fail: the targets from the issue are printed beside the measur
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -213,26 +214,46 @@ def bench_measured_set(work: Path, runs: int) -> None:
     print(f"7. Per-rank Megatron logs: {len(logs)} files, {size / 1e6:.1f} MB (TP 2, PP 4, DP 2, 128 microbatches, "
           "32 layers); targets >= 20 MB/s, peak RSS <= 2 x input + 200 MB "
           f"= {2 * size / 2**20 + 200:.0f} MB")
-    for label, output in (("json", work / "set46.json"), ("pftrace", work / "set46.pftrace"),
-                          ("chakra", work / "set46_chakra" / "w")):
-        extra = ["--to", "chakra"] if label == "chakra" else []
+    for label, output in (("json", work / "set46.json"), ("pftrace", work / "set46.pftrace")):
         for jobs in ("1", "2"):
-            r = median_runs([measure(et_convert(work / "set46", *extra, "--jobs", jobs, "-q", "-o", output))
+            r = median_runs([measure(et_convert(work / "set46", "--jobs", jobs, "-q", "-o", output))
                              for _ in range(runs)])
             before_s, before_mb = BEFORE_46MB[label]
             print(f"   {label:8} --jobs {jobs}: {r.seconds:6.2f} s  {size / 1e6 / r.seconds:5.1f} MB/s  "
                   f"({r.cpu_seconds:5.2f} s CPU)  {r.peak_rss_mb:5.0f} MB RSS   (before: {before_s} s, {before_mb} MB: "
                   f"{before_s / r.seconds:.2f}x faster, {r.peak_rss_mb / before_mb:.2f} of the memory)")
+    # Chakra: with workers, they write the rank files; the client and the workers measured apart
     try:
         import distributed  # noqa: F401
+        clusters = ["--cluster local:1", "--cluster local:2"]  # the cluster's start (about 2 s) is included
     except ImportError:
         print("   Dask: not installed (pip install 'et-convert[cluster]'); 1 vs 2 workers skipped")
-        return
-    for workers in ("1", "2"):  # the cluster's start (about 2 s) is included
-        r = median_runs([measure(et_convert(work / "set46", "--cluster", f"local:{workers}", "-q",
-                                            "-o", work / "set46.json")) for _ in range(runs)])
-        print(f"   json --cluster local:{workers}: {r.seconds:6.2f} s  {size / 1e6 / r.seconds:5.1f} MB/s  "
-              f"{r.peak_rss_mb:5.0f} MB RSS (the client)")
+        clusters = []
+    before_s, before_mb = BEFORE_46MB["chakra"]
+    for where in ["--jobs 1", "--jobs 2", *clusters]:
+        split = [measure_client_and_workers(work / "set46", "--to", "chakra", *where.split(), "-q",
+                                            "-o", work / "set46_chakra" / "w") for _ in range(runs)]
+        seconds = statistics.median(s["seconds"] for s in split)
+        client, workers = ({key: statistics.median(s[who][key] for s in split) for key in ("cpu_s", "peak_rss_mb")}
+                           for who in ("client", "workers"))
+        print(f"   chakra {where:18}: {seconds:6.2f} s  {size / 1e6 / seconds:5.1f} MB/s   client {client['cpu_s']:5.2f} s CPU "
+              f"{client['peak_rss_mb']:4.0f} MB RSS" + (f",  workers {workers['cpu_s']:5.2f} s CPU (together) "
+                                                        f"{workers['peak_rss_mb']:4.0f} MB RSS (the largest)"
+                                                        if workers["cpu_s"] else "")
+              + f"   (before: {before_s} s, {before_mb} MB)")
+
+
+def measure_client_and_workers(*args) -> dict:
+    """Wall seconds, and CPU time and peak RSS of the client apart from its workers
+    (benchmarks/client_and_workers.py)."""
+    os.sync()
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "client_and_workers.py"), *map(str, args)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - began
+    if done.returncode != 0:
+        raise SystemExit(f"benchmark command failed: et-convert {' '.join(map(str, args))}\n{done.stderr}")
+    return {"seconds": seconds, **json.loads(done.stderr.strip().splitlines()[-1])}
 
 
 BENCHES = {1: bench_reference, 2: bench_simai_chakra, 3: bench_chrome, 4: bench_validate_and_schedule, 5: bench_growth,

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
@@ -46,10 +47,20 @@ def read(
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     paths = _as_paths(inputs)
     name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
-    diagnostics.note(f"reading {', '.join(p.name for p in paths[:3])}{' ...' if len(paths) > 3 else ''} as {name}")
+    _note_reading(paths, name, diagnostics)
     with progress.bar(f"reading {paths[0].name}{f' and {len(paths) - 1} more' if len(paths) > 1 else ''} as {name}"):
         trace = resolve(input_format(name).load)(paths, options, diagnostics)
-    if name not in VERBATIM_FORMATS:
+    _after_load(trace, name, paths, diagnostics)
+    return trace
+
+
+def _note_reading(paths: list[Path], name: str, diagnostics: Diagnostics) -> None:
+    diagnostics.note(f"reading {', '.join(p.name for p in paths[:3])}{' ...' if len(paths) > 3 else ''} as {name}")
+
+
+def _after_load(trace: ExecutionTrace, name: str, paths: list[Path], diagnostics: Diagnostics,
+                demote: bool = True) -> None:
+    if demote and name not in VERBATIM_FORMATS:
         demote_one_rank_collectives(trace)
     trace.source.format = trace.source.format or name
     if not trace.source.files:
@@ -57,7 +68,6 @@ def read(
     if not trace.source.sha256:
         trace.source.sha256 = sha256_of(paths)
     diagnostics.list_assumptions(trace.assumptions)  # shown with -v
-    return trace
 
 
 def sha256_of(paths: list[Path]) -> str:
@@ -133,16 +143,37 @@ def convert(
     """Read `inputs` and write `output` in one call; returns the model that was written.
 
     An unusable output name or option value, or an output that would replace an input, fails
-    before any reading.
+    before any reading. A Chakra set from per-rank logs with `jobs` > 1 or `cluster` is written
+    by the workers (`converters/rank_files.py`): the model returned then holds each rank's
+    communication skeleton (its sends, receives and collectives), not its compute.
     """
     options = replace(options or Options(), **option_values)
     check(options)  # a bad option fails before any input is read, whatever the output
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     paths = _as_paths(inputs)
     refuse_overwriting_inputs(paths, Path(output), output_format(to, Path(output)))
+    per_rank_format = _written_by_workers(paths, fmt, to, Path(output), options)
+    if per_rank_format is not None:
+        from . import rank_files
+
+        name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
+        _note_reading(paths, name, diagnostics)
+        return rank_files.convert(per_rank_format, paths, Path(output), options, diagnostics,
+                                  lambda trace: _after_load(trace, name, paths, diagnostics, demote=False))
     trace = read(paths, fmt, options, diagnostics)
     write(trace, output, to, options, diagnostics)
     return trace
+
+
+def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Path, options: Options):
+    """The per-rank format whose workers (--jobs, --cluster) write a Chakra set's rank files, or None."""
+    from .builders import per_rank
+
+    if output_format(to, output).name != "chakra" or not per_rank.uses_workers(options, paths):
+        return None
+    load = input_format(detect(paths) if fmt in (None, "auto") else fmt).load
+    found = getattr(importlib.import_module(load.partition(":")[0]), "PER_RANK_FORMAT", None)
+    return found if found is not None and found.parts_stay_with_workers else None
 
 
 def simulate(

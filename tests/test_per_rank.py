@@ -14,6 +14,7 @@ from conftest import SAMPLES, run_cli
 from converters.builders import megatron
 from converters.builders.per_rank import PerRankFormat
 from converters.diagnostics import Diagnostics, InputError
+from converters.model import NodeKind
 from converters.options import Options
 from converters.readers import megatron_log
 from helpers.megatron_synth import replace_in_op, run_lines, write_run
@@ -150,13 +151,106 @@ def test_a_worker_that_dies_fails_the_run_with_one_error_and_no_output(tmp_path)
     pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
     import dask
 
-    from converters.builders import cluster
+    from converters.builders import per_rank
 
     paths = logs(tmp_path)
     dying = PerRankFormat(_dying_survey, megatron.plan, megatron.build_file, megatron.merge)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         with pytest.raises(InputError) as caught:
-            cluster.run(dying, paths, Options(cluster="local:2"), Diagnostics())
+            per_rank.run(dying, paths, Options(cluster="local:2"), Diagnostics())
     # the first file (in the order given) whose work was on the lost worker is named
     assert re.fullmatch(rf"--cluster local:2: a worker was lost while reading {tmp_path}/logs/rank\d\.log "
                         r"\(KilledWorker\); nothing was written", str(caught.value))
+
+
+# ---------------------------------------------------------------- Chakra sets written by the workers
+
+def clean_logs(tmp_path: Path) -> list[Path]:
+    """8 ranks with nothing the gate reports: the workers write the rank files."""
+    return write_run(tmp_path / "clean", stages=4, tp=2, microbatches=4)
+
+
+def chakra_set(tmp_path: Path, paths: list[Path], name: str, *extra: str) -> tuple[dict[str, bytes], str]:
+    out = tmp_path / name
+    result = run_cli(*paths, "--to", "chakra", "-o", out / "w", *extra)
+    assert result.code == 0, result.stderr
+    return outputs(out), result.stderr
+
+
+@pytest.mark.parametrize("where", [["--jobs", "2"], ["--cluster", "local:2"]], ids=["jobs", "cluster"])
+@pytest.mark.parametrize("logs_of", ["sample", "synthetic"])
+def test_workers_write_the_rank_files_of_a_clean_set_with_the_local_bytes(tmp_path, monkeypatch, where, logs_of):
+    if where[0] == "--cluster":
+        pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    from converters.writers import chakra
+
+    # 4 ranks (TP 1, PP 2, DP 2) / 8 ranks (TP 2, PP 4, DP 1): collectives of one member in both
+    paths = sorted((SAMPLES / "megatron_tp1_pp2_dp2").glob("*.log")) if logs_of == "sample" else clean_logs(tmp_path)
+    here, said_here = chakra_set(tmp_path, paths, "here", "-v")
+    there, said_there = chakra_set(tmp_path, paths, "there", "-v", *where)
+    assert len(here) == len(paths) + 1 and here == there
+    assert said_here == said_there
+    assert "one-member groups kept as compute" in said_here  # counted across the workers' ranks
+    # the same through the API: the workers wrote the ranks (no local fallback); this process
+    # holds only their communication skeletons
+    taken = []
+    real = chakra.finish_set
+    monkeypatch.setattr(chakra, "finish_set", lambda *a: taken.append(1) or real(*a))
+    option = {"jobs": 2} if where[0] == "--jobs" else {"cluster": "local:2"}
+    trace = etc.convert(paths, tmp_path / "api" / "w", to="chakra", diagnostics=Diagnostics(), **option)
+    assert taken == [1]
+    assert outputs(tmp_path / "api") == here
+    assert all(n.kind is not NodeKind.COMPUTE for rank in trace.ranks.values() for n in rank.nodes)
+
+
+def test_a_set_the_gate_reports_on_is_gated_and_written_as_a_local_run_does(tmp_path):
+    paths = clean_logs(tmp_path)
+    lines = paths[2].read_text().splitlines()
+    lost = next(i for i, line in enumerate(lines) if "send_forward" in line)
+    paths[2].write_text("\n".join(lines[:lost] + lines[lost + 1:]) + "\n")  # a send its receiver waits for
+    here = run_cli(*paths, "--to", "chakra", "-o", tmp_path / "here" / "w")
+    there = run_cli(*paths, "--to", "chakra", "--jobs", "2", "-o", tmp_path / "there" / "w")
+    assert here.code == there.code == 2
+    assert "refusing to write a Chakra set" in here.stderr and here.stderr == there.stderr
+    assert not (tmp_path / "there").exists()
+
+
+def _dying_writer(rank, job):
+    if rank.rank == 5:
+        os._exit(1)  # the worker process dies after writing some ranks' files
+    return _real_writer(rank, job)
+
+
+_real_writer = None
+
+
+def test_a_jobs_worker_that_dies_while_writing_leaves_no_set(tmp_path, monkeypatch):
+    from converters.writers import chakra
+
+    global _real_writer
+    _real_writer = chakra.write_rank_file
+    paths = clean_logs(tmp_path)
+    monkeypatch.setattr(chakra, "write_rank_file", _dying_writer)  # the workers are forked with it
+    out = tmp_path / "out"
+    with pytest.raises(InputError) as caught:
+        etc.convert(paths, out / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
+    assert re.fullmatch(rf"a --jobs worker process died while writing {tmp_path}/clean/rank\d\.log or a file after it",
+                        str(caught.value))
+    assert not out.exists()
+
+
+def _full_disk(path, chunks):
+    raise OSError(28, "No space left on device", str(path))
+
+
+def test_a_worker_that_cannot_write_its_rank_file_fails_the_run_with_one_error_and_no_set(tmp_path, monkeypatch):
+    from converters.writers import chakra
+
+    paths = clean_logs(tmp_path)
+    monkeypatch.setattr(chakra, "write_file", _full_disk)  # the workers are forked with it
+    out = tmp_path / "out"
+    with pytest.raises(InputError) as caught:
+        etc.convert(paths, out / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
+    assert re.fullmatch(rf"{out}/w: cannot write rank [0246]'s file on a worker: No space left on device "
+                        r"\(the output folder must be writable by every worker under this path\)", str(caught.value))
+    assert not out.exists()

@@ -2,42 +2,59 @@
 
 Optional: needs `pip install 'et-convert[cluster]'` (dask.distributed). Each file is surveyed
 on a worker and its records stay there (a future); the client gathers only the small surveys,
-makes the plan, and asks each file's build to run where its records are. The client merges
-the parts exactly as a local run does, so the output is byte-identical.
+makes the plan, and asks each file's build to run where its records are. For most outputs the
+client merges the parts exactly as a local run does; a Chakra set is finished and written by
+the workers (`converters/rank_files.py`). Either way the output is byte-identical.
 
-Workers open the inputs by absolute path: on a remote cluster they must be on a path every
-worker sees (a shared file system) under the same name.
+Workers open the inputs by absolute path, and write rank files into a temporary folder beside
+the output: on a remote cluster both must be on a path every worker sees (a shared file
+system) under the same name, the output folder writable by the workers.
 """
 
 from __future__ import annotations
 
+import operator
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
 from ..diagnostics import Diagnostics, InputError, UsageError
-from ..model import ExecutionTrace
 from ..options import Options
+from . import per_rank
 
 LOCAL = "local:"
 
 
-def run(fmt, paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
-    client = connect(options.cluster)
-    try:
-        surveys_remote = client.map(_survey, [fmt] * len(paths), [str(p.resolve()) for p in paths],
-                                    [str(p) for p in paths], [options] * len(paths), pure=False)
-        small = client.map(_detached, surveys_remote, pure=False)
-        surveys = [_result(future, path, options) for future, path in zip(small, paths)]
-        for survey in surveys:
-            diagnostics.merge(survey.diagnostics)
-        plan = fmt.plan(surveys, paths, options, diagnostics)
-        plan_remote = client.scatter(plan, broadcast=True)
-        builds = client.map(_build, [fmt] * len(paths), surveys_remote, [plan_remote] * len(paths),
-                            [options] * len(paths), pure=False)
-        parts = [part for future, path in zip(builds, paths) for part in _result(future, path, options)]
-    finally:
-        _close(client)
-    return fmt.merge(plan, parts, options, diagnostics)
+class DaskWorkers(per_rank.Workers):
+    """Each file's state (survey, then parts, then finished ranks) is a future on some worker;
+    a step maps over those futures, so it runs where the state is, and only its results (small,
+    or what the caller asks for) come here."""
+
+    def __init__(self, fmt, paths: list[Path], options: Options):
+        self.fmt, self.paths, self.options = fmt, paths, options
+        self.client = connect(options.cluster)
+        count = len(paths)
+        self.state = self.client.map(_survey, [fmt] * count, [str(p.resolve()) for p in paths],
+                                     [str(p) for p in paths], [options] * count, pure=False)
+
+    def surveys(self) -> list:
+        small = self.client.map(_detached, self.state, pure=False)
+        return self._results(small, "reading")
+
+    def start(self, step, arg, doing: str):
+        count = len(self.paths)
+        arg_remote = self.client.scatter(arg, broadcast=True) if arg is not None else None
+        pairs = self.client.map(step, [self.fmt] * count, [self.options] * count, self.state, [arg_remote] * count,
+                                pure=False)
+        self.state = self.client.map(operator.itemgetter(0), pairs, pure=False)
+        results = self.client.map(operator.itemgetter(1), pairs, pure=False)
+        return lambda: self._results(results, doing)
+
+    def _results(self, futures: list, doing: str) -> list:
+        return [_result(future, path, self.options, doing) for future, path in zip(futures, self.paths)]
+
+    def close(self) -> None:
+        _close(self.client)
 
 
 def connect(address: str | None):
@@ -50,8 +67,12 @@ def connect(address: str | None):
         count = address[len(LOCAL):]
         if not count.isdigit() or int(count) < 1:
             raise UsageError(f"--cluster {address}: expected local:N with N >= 1 workers, or tcp://host:port")
-        cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=50)
+        with warnings.catch_warnings():
+            # The scheduler's HTTP server (health checks; no dashboard) takes another port when
+            # 8787 is busy, e.g. another user's cluster: nothing to tell the user.
+            warnings.filterwarnings("ignore", message="Port 8787 is already in use")
+            cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=50)
         return Client(cluster)
     try:
         return Client(address, timeout=10)
@@ -75,11 +96,7 @@ def _detached(survey):
     return replace(survey, records=None)
 
 
-def _build(fmt, survey, plan, options: Options):
-    return fmt.build(survey, plan, options)
-
-
-def _result(future, path: Path, options: Options):
+def _result(future, path: Path, options: Options, doing: str):
     """The task's result; bad input raises as it would locally, a lost worker as one clear error."""
     try:
         return future.result()
@@ -88,5 +105,5 @@ def _result(future, path: Path, options: Options):
     except Exception as e:  # KilledWorker, a closed connection, ...: the run cannot finish
         raise InputError(
             None,
-            f"--cluster {options.cluster}: a worker was lost while reading {path} ({type(e).__name__}); nothing was written",
+            f"--cluster {options.cluster}: a worker was lost while {doing} {path} ({type(e).__name__}); nothing was written",
         ) from None

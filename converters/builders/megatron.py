@@ -278,9 +278,56 @@ def build_file(survey: FileSurvey, plan: Plan, options: Options) -> list[RankPar
 
 
 # ---------------------------------------------------------------- across ranks: the model
+#
+# The merge is two halves, so that ranks can be finished where they were built (per_rank.py):
+# `join` makes everything that crosses ranks from each part's small summary (groups, assumptions,
+# warnings, where sends start, which peers are absent), `finish` applies it to one rank's nodes.
+
+@dataclass
+class RankSummary:
+    """What the join needs from one rank's part: small whatever the rank's length."""
+
+    rank: int
+    group_uses: list[tuple[str, tuple[int, ...]]]
+    assumptions: list[str]
+    diagnostics: Diagnostics
+    sends: list[tuple[int | None, int | None, int | None]]  # (peer, tag, start_ns) of each send, in node order
+    peers: set[int]  # peers of its sends and receives
+
+
+@dataclass
+class Joined:
+    """The cross-rank result: the model without its ranks, and what each rank's nodes need."""
+
+    trace: ExecutionTrace
+    group_ids: dict[int, dict[int, int]]  # rank -> local group id -> the trace's, where they differ
+    send_starts: dict[int, dict[tuple, int | None]]  # receiver -> (sender, tag) -> the send's start
+    waits: bool  # record receive waits (not in scaling mode)
+    retime: bool  # drop the measured times (--retime on a scaling-mode log)
+
+
+def summarize(part: RankPart) -> RankSummary:
+    rank = part.rank
+    sends, peers = [], set()
+    for node in rank.nodes:
+        if node.kind is NodeKind.SEND:
+            sends.append((rank.peer_of(node), node.tag, node.start_ns))
+        if node.kind in (NodeKind.SEND, NodeKind.RECV) and node.peer is not None:
+            peers.add(rank.peer_of(node))
+    return RankSummary(rank.rank, part.group_uses, part.assumptions, part.diagnostics, sends, peers)
+
 
 def merge(plan: Plan, parts: list[RankPart], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
     """The model from every rank's part, in rank order whatever order the parts came in."""
+    parts = sorted(parts, key=lambda p: p.rank.rank)
+    joined = join(plan, [summarize(part) for part in parts], options, diagnostics)
+    for part in parts:
+        joined.trace.ranks[part.rank.rank] = finish(part, joined)
+    return joined.trace
+
+
+def join(plan: Plan, summaries: list[RankSummary], options: Options, diagnostics: Diagnostics) -> Joined:
+    """Everything of the model that is not one rank's nodes, from the ranks' summaries."""
     layout = plan.layout
     trace = ExecutionTrace()
     trace.parallel = Parallel(
@@ -298,49 +345,62 @@ def merge(plan: Plan, parts: list[RankPart], options: Options, diagnostics: Diag
     if scaling:
         trace.metadata["rank_time_origins_ns"] = {str(r): plan.origins[r] for r in sorted(plan.origins)}
     _record_readings(plan.readings, trace)
-    for part in sorted(parts, key=lambda p: p.rank.rank):
-        _adopt(trace, part, diagnostics)
-
-    if not scaling:
-        _record_receive_waits(trace)
-    _note_absent_peers(trace, diagnostics)
+    summaries = sorted(summaries, key=lambda s: s.rank)
+    joined = Joined(trace, {}, {}, waits=not scaling, retime=bool(scaling and options.retime))
+    for summary in summaries:
+        joined.group_ids[summary.rank] = _adopt(trace, summary, diagnostics)
+    if joined.waits:
+        joined.send_starts = _send_starts(summaries)
+    present = {summary.rank for summary in summaries}
+    _note_absent_peers(trace, sorted(set().union(*(s.peers for s in summaries)) - present), diagnostics)
     if options.retime and not scaling:
         diagnostics.warn(
             "megatron-retime-ignored",
             "--retime applies only to scaling-mode logs (description=simulation); kept the measured times",
         )
     if scaling:
-        _warn_scaling_mode(plan.simulation, _missing_ranks(trace), options, diagnostics)
-    if scaling and options.retime:
-        _check_complete_for_retime(trace)
-        trace.timing = "none"
-        for rank in trace.ranks.values():
-            for node in rank.nodes:
-                node.start_ns = None
-        trace.assume("measured times dropped (--retime): the scheduler re-times this scaling-mode log")
-    return trace
+        missing = _missing_ranks(trace, summaries, present)
+        _warn_scaling_mode(plan.simulation, missing, options, diagnostics)
+        if options.retime:
+            _check_complete_for_retime(missing)
+            trace.timing = "none"
+            trace.assume("measured times dropped (--retime): the scheduler re-times this scaling-mode log")
+    return joined
 
 
-def _adopt(trace: ExecutionTrace, part: RankPart, diagnostics: Diagnostics) -> None:
-    """Add one rank: its groups get the trace's ids (the order of first use, rank by rank, as one
-    builder would have made them), its assumptions and warnings join the trace's."""
+def finish(part: RankPart, joined: Joined) -> Rank:
+    """One rank's nodes with the trace's group ids, their receive waits, and (--retime) no times."""
+    rank = part.rank
+    ids = joined.group_ids.get(rank.rank)
+    if ids:
+        for node in rank.nodes:
+            if node.group is not None:
+                node.group = ids[node.group]
+    if joined.waits:
+        _record_receive_waits(rank, joined.send_starts.get(rank.rank, {}))
+    if joined.retime:
+        for node in rank.nodes:
+            node.start_ns = None
+    return rank
+
+
+def _adopt(trace: ExecutionTrace, summary: RankSummary, diagnostics: Diagnostics) -> dict[int, int]:
+    """Add one rank's groups (they get the trace's ids in the order of first use, rank by rank, as
+    one builder would have made them), assumptions and warnings; the local ids that change."""
     ids = {}
-    for local, (kind, members) in enumerate(part.group_uses, 1):
+    for local, (kind, members) in enumerate(summary.group_uses, 1):
         group = trace.add_group(kind, members)
         if not group.name:
             group.name = f"{kind}#{group.id}"
         ids[local] = group.id
-    if any(local != gid for local, gid in ids.items()):
-        for node in part.rank.nodes:
-            if node.group is not None:
-                node.group = ids[node.group]
-    for sentence in part.assumptions:
+    for sentence in summary.assumptions:
         trace.assume(sentence)
-    diagnostics.merge(part.diagnostics)
-    trace.ranks[part.rank.rank] = part.rank
+    diagnostics.merge(summary.diagnostics)
+    return ids if any(local != gid for local, gid in ids.items()) else {}
 
 
-MEGATRON = per_rank.PerRankFormat(survey_file, plan, build_file, merge)
+MEGATRON = per_rank.PerRankFormat(survey_file, plan, build_file, merge, summarize, join, finish)
+PER_RANK_FORMAT = MEGATRON  # what `converters.api` looks for to let workers write a Chakra set
 
 
 # ---------------------------------------------------------------- grouping and checks
@@ -885,52 +945,53 @@ def _sub_args(comm_func, func_name, trace_src_func, group, dtype, shape, stage, 
 
 # ---------------------------------------------------------------- after all ranks
 
-def _record_receive_waits(trace: ExecutionTrace) -> None:
+def _send_starts(summaries: list[RankSummary]) -> dict[int, dict[tuple, int | None]]:
+    """receiver -> (sender, tag) -> the start of that send (the last one, when a tag repeats)."""
+    out: dict[int, dict[tuple, int | None]] = defaultdict(dict)
+    for summary in summaries:
+        for peer, tag, start in summary.sends:
+            out[peer][(summary.rank, tag)] = start
+    return dict(out)
+
+
+def _record_receive_waits(rank: Rank, send_starts: dict[tuple, int | None]) -> None:
     """How long each receive waited for its peer (args wait_ns), so a long receive reads as a bubble.
 
     With the sender in the set: the time from the receive's start to the send's start. Without
     it: the receive's duration minus the fastest send of the same size on this rank (an estimate).
     """
-    sends = {}
-    for rank in trace.ranks.values():
-        for node in rank.nodes:
-            if node.kind == NodeKind.SEND:
-                sends[(rank.rank, rank.peer_of(node), node.tag)] = node
-    for rank in trace.sorted_ranks():
-        fastest: dict[int, int] = {}
-        for node in rank.nodes:
-            if node.kind == NodeKind.SEND:
-                fastest[node.size] = min(fastest.get(node.size, node.duration_ns), node.duration_ns)
-        for node in rank.nodes:
-            if node.kind != NodeKind.RECV or node.start_ns is None:
-                continue
-            send = sends.get((rank.peer_of(node), rank.rank, node.tag))
-            if send is not None and send.start_ns is not None:
-                wait = send.start_ns - node.start_ns
-                node.args["wait_basis"] = "start of the matching send"
-            elif node.size in fastest:
-                wait = node.duration_ns - fastest[node.size]
-                node.args["wait_basis"] = "estimate: duration minus this rank's fastest send of the same size"
-            else:
-                continue
-            node.args["wait_ns"] = min(max(wait, 0), node.duration_ns)
+    fastest: dict[int, int] = {}
+    for node in rank.nodes:
+        if node.kind == NodeKind.SEND:
+            fastest[node.size] = min(fastest.get(node.size, node.duration_ns), node.duration_ns)
+    for node in rank.nodes:
+        if node.kind != NodeKind.RECV or node.start_ns is None:
+            continue
+        send_start = send_starts.get((rank.peer_of(node), node.tag))
+        if send_start is not None:
+            wait = send_start - node.start_ns
+            node.args["wait_basis"] = "start of the matching send"
+        elif node.size in fastest:
+            wait = node.duration_ns - fastest[node.size]
+            node.args["wait_basis"] = "estimate: duration minus this rank's fastest send of the same size"
+        else:
+            continue
+        node.args["wait_ns"] = min(max(wait, 0), node.duration_ns)
 
 
-def _missing_ranks(trace: ExecutionTrace) -> list[int]:
+def _missing_ranks(trace: ExecutionTrace, summaries: list[RankSummary], present: set[int]) -> list[int]:
     """Ranks the groups and transfers name that are not in the set."""
-    named = {m for rank in trace.ranks.values() for n in rank.nodes if n.group is not None
-             for m in trace.groups[rank.group_of(n)].members}
-    named |= {rank.peer_of(n) for rank in trace.ranks.values() for n in rank.nodes if n.peer is not None}
-    return sorted(named - set(trace.ranks))
+    named = {m for group in trace.groups.values() for m in group.members}
+    named |= {peer for summary in summaries for peer in summary.peers}
+    return sorted(named - present)
 
 
 def _rank_list(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")
 
 
-def _check_complete_for_retime(trace: ExecutionTrace) -> None:
+def _check_complete_for_retime(missing: list[int]) -> None:
     """The scheduler can only re-time a set that holds every rank its groups and transfers name."""
-    missing = _missing_ranks(trace)
     if missing:
         raise InputError(
             None,
@@ -939,11 +1000,7 @@ def _check_complete_for_retime(trace: ExecutionTrace) -> None:
         )
 
 
-def _note_absent_peers(trace: ExecutionTrace, diagnostics: Diagnostics) -> None:
-    absent = sorted({
-        rank.peer_of(node) for rank in trace.ranks.values() for node in rank.nodes
-        if node.kind in (NodeKind.SEND, NodeKind.RECV) and rank.peer_of(node) not in trace.ranks
-    })
+def _note_absent_peers(trace: ExecutionTrace, absent: list[int], diagnostics: Diagnostics) -> None:
     if absent:
         listed = ", ".join(map(str, absent))
         trace.metadata["absent_peers"] = absent

@@ -11,6 +11,17 @@ A format whose files each hold whole ranks (Megatron op logs; profiler traces) i
 `run` calls them in this process, over `--jobs` processes, or on a Dask cluster (`--cluster`);
 the result is the same model, so outputs are byte-identical whichever runs them.
 
+A format may split its merge in two (the optional `summarize`, `join`, `finish`):
+
+    summarize(part) -> summary             what crosses ranks (groups used, sends, peers): small
+    join(plan, summaries, options, diagnostics) -> joined   the model without its ranks' nodes,
+                                           and `joined.trace`; what each rank's nodes still need
+    finish(part, joined) -> Rank           one rank's nodes made final (group ids, waits, ...)
+
+and `merge` is then `join` + `finish` of every part. `start_workers` + `Workers.keep_parts`
+use this to keep every part where it was built: only the summaries reach this process, and
+later steps (`Workers.each_rank`: checks, writing a rank's file) run where the nodes are.
+
 A survey has two attributes the runner uses: `diagnostics` (the file's warnings, merged here in
 file order) and `records` (the parsed file, kept for `build` in the process that read it; set to
 None before a survey crosses processes, and `build` then reads the file again). `name` is the
@@ -38,21 +49,36 @@ class PerRankFormat:
     plan: Callable[[list, list[Path], Options, Diagnostics], Any]
     build: Callable[[Any, Any, Options], list]
     merge: Callable[[Any, list, Options, Diagnostics], ExecutionTrace]
+    summarize: Callable[[Any], Any] | None = None
+    join: Callable[[Any, list, Options, Diagnostics], Any] | None = None
+    finish: Callable[[Any, Any], Any] | None = None
+
+    @property
+    def parts_stay_with_workers(self) -> bool:
+        """True when the merge is split, so workers can keep and finish their own parts."""
+        return self.join is not None
 
 
 def run(fmt: PerRankFormat, paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
-    """Read `paths` with `fmt`: in this process, over --jobs processes, or on --cluster."""
-    if options.cluster:
-        from . import cluster  # dask is an optional extra: imported only when asked for
+    """Read `paths` with `fmt`: in this process, over --jobs processes, or on --cluster.
 
-        return cluster.run(fmt, paths, options, diagnostics)
-    jobs = min(reading_jobs(options), len(paths))
-    if jobs <= 1:
+    Workers survey the files and keep their records; after the plan they build them there,
+    so each file is read once; every part comes back here to be merged.
+    """
+    if not uses_workers(options, paths):
         surveys = [_merged(fmt.survey(path, options, str(path)), diagnostics) for path in paths]
         plan = fmt.plan(surveys, paths, options, diagnostics)
         parts = [part for survey in surveys for part in fmt.build(survey, plan, options)]
         return fmt.merge(plan, parts, options, diagnostics)
-    return _run_in_processes(fmt, paths, options, diagnostics, jobs)
+    with start_workers(fmt, paths, options) as workers:
+        plan = workers.plan(diagnostics)
+        parts = [part for file_parts in workers.step(_build, plan, "reading") for part in file_parts]
+    return fmt.merge(plan, parts, options, diagnostics)
+
+
+def uses_workers(options: Options, paths: list[Path]) -> bool:
+    """True for --cluster, or --jobs above 1 with more than one file."""
+    return bool(options.cluster) or min(reading_jobs(options), len(paths)) > 1
 
 
 def reading_jobs(options: Options) -> int:
@@ -62,46 +88,142 @@ def reading_jobs(options: Options) -> int:
     return max(1, options.jobs)
 
 
-def _run_in_processes(fmt: PerRankFormat, paths: list[Path], options: Options, diagnostics: Diagnostics,
-                      jobs: int) -> ExecutionTrace:
-    """Worker k surveys files k, k + jobs, ... and keeps their records; after the plan it builds
-    them there, so each file is read once. Results are taken in file order, whoever sent them."""
-    context = multiprocessing.get_context("fork")
-    links, workers = [], []
-    for k in range(jobs):
-        mine, theirs = context.Pipe()
-        files = [(i, paths[i]) for i in range(k, len(paths), jobs)]
-        worker = context.Process(target=_worker, args=(fmt, options, files, theirs), daemon=True)
-        worker.start()
-        theirs.close()
-        links.append(mine)
-        workers.append(worker)
-    try:
-        surveys = _collect(links, paths, "surveying")
+def start_workers(fmt: PerRankFormat, paths: list[Path], options: Options) -> "Workers":
+    """Workers for `paths` (--cluster or --jobs processes), to use as a context manager."""
+    if options.cluster:
+        from . import cluster  # dask is an optional extra: imported only when asked for
+
+        return cluster.DaskWorkers(fmt, paths, options)
+    return ProcessWorkers(fmt, paths, options, min(reading_jobs(options), len(paths)))
+
+
+class Workers:
+    """Workers that survey the files, then run steps over what they keep of each file.
+
+    A step is a module-level function `step(fmt, options, kept, arg) -> (kept, result)`, run once per
+    file where its state is; `step` returns the results in file order. `start` sends a step
+    and returns the function that waits for its results, so that this process can work
+    meanwhile (one step at a time).
+    """
+
+    fmt: PerRankFormat
+    paths: list[Path]
+    options: Options
+
+    def surveys(self) -> list:
+        raise NotImplementedError
+
+    def start(self, step: Callable, arg, doing: str) -> Callable[[], list]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def step(self, step: Callable, arg, doing: str) -> list:
+        return self.start(step, arg, doing)()
+
+    def __enter__(self) -> "Workers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def plan(self, diagnostics: Diagnostics):
+        """Survey every file (warnings merged in file order) and make the plan."""
+        surveys = self.surveys()
         for survey in surveys:
             diagnostics.merge(survey.diagnostics)
-        plan = fmt.plan(surveys, paths, options, diagnostics)
-        for link in links:
-            link.send(plan)
-        parts = [part for file_parts in _collect(links, paths, "building") for part in file_parts]
-    finally:
-        for worker in workers:
-            worker.kill()
-            worker.join()
-    return fmt.merge(plan, parts, options, diagnostics)
+        return self.fmt.plan(surveys, self.paths, self.options, diagnostics)
+
+    def keep_parts(self, diagnostics: Diagnostics):
+        """Build every file where it was surveyed and keep the parts there; join their summaries
+        here. Returns the format's `joined`; the workers then finish their ranks with it."""
+        plan = self.plan(diagnostics)
+        summaries = [summary for file_summaries in self.step(_build_and_keep, plan, "building")
+                     for summary in file_summaries]
+        joined = self.fmt.join(plan, summaries, self.options, diagnostics)
+        self.step(_finish, joined, "finishing")
+        return joined
+
+    def each_rank(self, work: Callable, arg, doing: str) -> list:
+        """`work(rank, arg)` for every finished rank, where it is; the results in rank order."""
+        return self.each_rank_later(work, arg, doing)()
+
+    def each_rank_later(self, work: Callable, arg, doing: str) -> Callable[[], list]:
+        """`each_rank` started: returns the function that waits for its results."""
+        collect = self.start(_each_rank, (work, arg), doing)
+
+        def in_rank_order() -> list:
+            results = [result for file_results in collect() for result in file_results]
+            return [result for _, result in sorted(results, key=lambda pair: pair[0])]
+
+        return in_rank_order
+
+
+# Steps: what a worker keeps of a file becomes its survey, then its parts, then its finished ranks.
+
+def _build(fmt: PerRankFormat, options: Options, survey, plan):
+    return None, fmt.build(survey, plan, options)
+
+
+def _build_and_keep(fmt: PerRankFormat, options: Options, survey, plan):
+    parts = fmt.build(survey, plan, options)
+    return parts, [fmt.summarize(part) for part in parts]
+
+
+def _finish(fmt: PerRankFormat, options: Options, parts: list, joined):
+    return [fmt.finish(part, joined) for part in parts], None
+
+
+def _each_rank(fmt: PerRankFormat, options: Options, ranks: list, work_and_arg):
+    work, arg = work_and_arg
+    return ranks, [(rank.rank, work(rank, arg)) for rank in ranks]
+
+
+class ProcessWorkers(Workers):
+    """--jobs forked processes: worker k has files k, k + jobs, ...; pipes carry the results."""
+
+    def __init__(self, fmt: PerRankFormat, paths: list[Path], options: Options, jobs: int):
+        self.fmt, self.paths, self.options = fmt, paths, options
+        context = multiprocessing.get_context("fork")
+        self.links, self.processes = [], []
+        for k in range(jobs):
+            mine, theirs = context.Pipe()
+            files = [(i, paths[i]) for i in range(k, len(paths), jobs)]
+            process = context.Process(target=_worker, args=(fmt, options, files, theirs), daemon=True)
+            process.start()
+            theirs.close()
+            self.links.append(mine)
+            self.processes.append(process)
+
+    def surveys(self) -> list:
+        return _collect(self.links, self.paths, "reading")
+
+    def start(self, step: Callable, arg, doing: str) -> Callable[[], list]:
+        for link in self.links:
+            link.send((step, arg))
+        return lambda: _collect(self.links, self.paths, doing)
+
+    def close(self) -> None:
+        for process in self.processes:
+            process.kill()
+            process.join()
 
 
 def _worker(fmt: PerRankFormat, options: Options, files: list[tuple[int, Path]], link) -> None:
-    """Survey this worker's files (sending each survey without its records), then build them."""
+    """Survey this worker's files (sending each survey without its records), then run the steps
+    the parent sends over what it keeps of each file."""
     kept = {}
     index = -1
     try:
         for index, path in files:
             kept[index] = fmt.survey(path, options, str(path))
             link.send((index, _without_records(kept[index]), None))
-        plan = link.recv()
-        for index in list(kept):
-            link.send((index, fmt.build(kept.pop(index), plan, options), None))
+        while True:
+            step, arg = link.recv()
+            for index in list(kept):
+                kept[index], result = step(fmt, options, kept[index], arg)
+                link.send((index, result, None))
     except InputError as e:
         link.send((index, None, e))
     except EOFError:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -29,7 +30,7 @@ import orjson
 from .. import progress
 from .._proto import et_def_pb2 as pb
 from .._proto.wire import ATTR_KINDS, attr_to_proto, int_range, varint
-from ..diagnostics import Diagnostics
+from ..diagnostics import Diagnostics, InputError
 from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
 from ..options import Options
 from ..ranks import compact_ranks
@@ -57,9 +58,7 @@ def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnost
     ranks = trace.sorted_ranks()  # gaps in the rank numbers are the validator's to report (api.write)
     with atomic_set(output_prefix) as tmpdir:
         groups = sorted(trace.groups) if verbatim else used_groups(trace, diagnostics)
-        if groups:
-            table = {str(gid): list(trace.groups[gid].members) for gid in groups}
-            (tmpdir / f"{name}.comm_group.json").write_bytes(orjson.dumps(table) + b"\n")
+        _write_comm_groups(trace, groups, tmpdir / f"{name}.comm_group.json")
         if verbatim:
             for rank in ranks:
                 write_file(tmpdir / f"{name}.{rank.rank}.et", verbatim_rank_chunks(rank))
@@ -74,6 +73,39 @@ def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnost
                 write_ranks(encoder, ranks, tmpdir, name, bar)
             else:
                 write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs, bar)
+
+
+def rank_file_job(trace: ExecutionTrace, output_prefix: Path, tmpdir: Path) -> tuple:
+    """What `write_rank_file` needs beside the rank, for a worker that holds only some ranks of
+    `trace`: the trace without its ranks, the metadata every rank carries, where to write."""
+    name = Path(output_prefix).name
+    return replace(trace, ranks={}), common_metadata_attrs(trace), str(Path(tmpdir).resolve() / name), str(output_prefix)
+
+
+def write_rank_file(rank: Rank, job: tuple) -> tuple[int, int, int, int]:
+    """One rank's `.et` file, encoded as `write` does, where the rank is (`converters/rank_files.py`);
+    the counts `report_counts` reports."""
+    shell, common, prefix, output_prefix = job
+    encoder = RankEncoder(replace(shell, ranks={rank.rank: rank}), Diagnostics(), common)
+    try:
+        write_file(Path(f"{prefix}.{rank.rank}.et"), encoder.rank_chunks(rank))
+    except OSError as e:  # a worker elsewhere may not see the output folder
+        raise InputError(output_prefix, f"cannot write rank {rank.rank}'s file on a worker: {e.strerror or e} "
+                                        "(the output folder must be writable by every worker under this path)") from None
+    return encoder.counts()
+
+
+def finish_set(trace: ExecutionTrace, tmpdir: Path, name: str, counts: list[tuple], diagnostics: Diagnostics) -> None:
+    """The rest of a set whose rank files workers wrote: comm_group.json (from every rank's
+    communication nodes, all `trace` needs to hold) and the writer's warnings, counted."""
+    _write_comm_groups(trace, used_groups(trace, diagnostics), tmpdir / f"{name}.comm_group.json")
+    report_counts(diagnostics, *map(sum, zip(*counts)))
+
+
+def _write_comm_groups(trace: ExecutionTrace, groups: list[int], path: Path) -> None:
+    if groups:
+        table = {str(gid): list(trace.groups[gid].members) for gid in groups}
+        path.write_bytes(orjson.dumps(table) + b"\n")
 
 
 def write_file(path: Path, chunks: Iterable[bytes]) -> None:
@@ -192,12 +224,13 @@ class Template:
 class RankEncoder:
     """Encodes ranks; caches templates per shared node list and encoded attributes by value."""
 
-    def __init__(self, trace: ExecutionTrace, diagnostics: Diagnostics):
+    def __init__(self, trace: ExecutionTrace, diagnostics: Diagnostics, common_metadata: list[WireAttr] | None = None):
         self.trace = trace
         self.diagnostics = diagnostics
         self.templates: dict[int, Template] = {}
         self.attr_cache: dict[tuple, bytes] = {}
-        self.common_metadata = common_metadata_attrs(trace)
+        # given when `trace` holds only some ranks of the set (a worker's)
+        self.common_metadata = common_metadata if common_metadata is not None else common_metadata_attrs(trace)
         self.dropped_deps = 0
         self.zero_size = 0
         self.no_peer = 0
@@ -386,19 +419,28 @@ class RankEncoder:
                 out.append(f"{gid}={group.kind}")
         return out
 
+    def counts(self) -> tuple[int, int, int, int]:
+        return self.dropped_deps, self.zero_size, self.untyped, self.no_peer
+
     def report(self) -> None:
-        warn = self.diagnostics.warn
-        if self.dropped_deps:
-            warn("chakra-dropped-deps", "chakra: dropped {count} dependencies on nodes that are not in the same rank",
-                 count=self.dropped_deps)
-        if self.zero_size:
-            warn("chakra-zero-size", "chakra: wrote {count} comm nodes with comm_size <= 0 (ASTRA-sim needs > 0)",
-                 count=self.zero_size)
-        if self.untyped:
-            warn("chakra-untyped", "chakra: wrote {count} collectives without a type as ALL_REDUCE", count=self.untyped)
-        if self.no_peer:
-            warn("chakra-no-peer", "chakra: wrote {count} sends/receives without a peer rank (peer written as -1)",
-                 count=self.no_peer)
+        report_counts(self.diagnostics, *self.counts())
+
+
+def report_counts(diagnostics: Diagnostics, dropped_deps: int = 0, zero_size: int = 0, untyped: int = 0,
+                  no_peer: int = 0) -> None:
+    """Warnings about what the encoder had to change, once per kind with the count."""
+    warn = diagnostics.warn
+    if dropped_deps:
+        warn("chakra-dropped-deps", "chakra: dropped {count} dependencies on nodes that are not in the same rank",
+             count=dropped_deps)
+    if zero_size:
+        warn("chakra-zero-size", "chakra: wrote {count} comm nodes with comm_size <= 0 (ASTRA-sim needs > 0)",
+             count=zero_size)
+    if untyped:
+        warn("chakra-untyped", "chakra: wrote {count} collectives without a type as ALL_REDUCE", count=untyped)
+    if no_peer:
+        warn("chakra-no-peer", "chakra: wrote {count} sends/receives without a peer rank (peer written as -1)",
+             count=no_peer)
 
 
 def duration_micros(node: Node) -> int:

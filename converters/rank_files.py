@@ -1,0 +1,183 @@
+"""A Chakra set from per-rank inputs, written where the ranks were built (--jobs, --cluster).
+
+The workers (`builders/per_rank.py`) build their files' ranks and keep them; this process joins
+only what crosses ranks (the format's `join`: groups, assumptions, where sends start) and the
+workers finish their ranks with it. The checks of `converters.api.write` are split by what
+they need:
+
+- on each worker, per rank, on the whole rank: the one-member-collective pass
+  (`builders/one_rank.py`, which needs only the trace's groups) and the validator's per-rank
+  checks (graph, attributes, nodes, pipeline, timing);
+- here, on every rank's communication skeleton (its sends, receives and collectives, each
+  depending on the nearest earlier ones its dependencies lead to through compute): the
+  cross-rank checks (rank set, groups, collective sequences, send/receive matching, clocks
+  between ranks, the deadlock dry run).
+
+While this process checks, the workers already write their ranks' `.et` files (the writer's
+code, into the temporary folder `atomic_set` renames only when the whole set is there); this
+process writes comm_group.json. Any finding that `api.write` would report (an error, a
+warning, a partial rank set) discards those files and brings every rank here, where the set
+is gated and written as a local run does, so the messages are the same too. A worker lost on
+the way fails the run with one error and nothing written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from itertools import chain
+from pathlib import Path
+
+from . import progress
+from .builders import per_rank
+from .builders.one_rank import ASSUMPTION, KEPT, demote_one_rank_collectives, warn_if_kept
+from .diagnostics import Diagnostics
+from .model import COMM_KINDS, CollType, ExecutionTrace, Node, NodeKind, Rank
+from .options import Options
+from .validate.findings import ERROR, WARNING
+from .writers import chakra
+from .writers.atomic import atomic_set
+
+# The validator's checks (validate/__init__.py), by where they run.
+PER_RANK_CHECKS = ("graph", "attributes", "nodes", "pipeline", "timing")
+CROSS_RANK_CHECKS = ("rank-set", "groups", "collectives", "p2p", "timing", "deadlock")
+
+
+class Reported(Exception):
+    """The checks found what `api.write` reports: the set is written the local way."""
+
+
+def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, options: Options,
+            diagnostics: Diagnostics, finish_read) -> ExecutionTrace:
+    """Read `paths` and write the Chakra set `output`; returns the model (each rank's
+    communication skeleton when the workers wrote the files). `finish_read(trace)` does what
+    `api.read` does after a load, but the one-member-collective pass (done on the workers)."""
+    with per_rank.start_workers(fmt, paths, options) as workers:
+        with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
+            trace = workers.keep_parts(diagnostics).trace
+            checked = workers.each_rank(_finish_and_check, (replace(trace, ranks={}), options), "checking")
+        _record_demoted(trace, checked)
+        trace.ranks = {rank.rank: rank for rank in map(from_skeleton, checked)}
+        finish_read(trace)
+        try:
+            with progress.bar(f"checking the set, the workers writing {output} (chakra)"):
+                _write_if_clean(trace, output, options, diagnostics, workers, all(facts.clean for facts in checked))
+            return trace
+        except Reported:
+            trace.ranks = dict(zip(trace.ranks, workers.each_rank(_whole, None, "sending")))
+    from .api import write
+
+    write(trace, output, "chakra", options, diagnostics)
+    return trace
+
+
+def _write_if_clean(trace: ExecutionTrace, output: Path, options: Options, diagnostics: Diagnostics,
+                    workers: per_rank.Workers, ranks_clean: bool) -> None:
+    parent = Path(output).parent
+    made = [d for d in (parent, *parent.parents) if not d.exists()]  # by atomic_set, deepest first
+    try:
+        with atomic_set(Path(output)) as tmpdir:
+            written = workers.each_rank_later(chakra.write_rank_file, chakra.rank_file_job(trace, output, tmpdir),
+                                              "writing")
+            clean = ranks_clean and _clean(trace, options)
+            counts = written()
+            if not clean:
+                raise Reported
+            warn_if_kept(trace, diagnostics)
+            chakra.finish_set(trace, tmpdir, Path(output).name, counts, diagnostics)
+    except BaseException:
+        for directory in made:  # a refused or failed set leaves no folder behind either
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise
+
+
+class RankFacts:
+    """What a worker tells about one finished rank: its skeleton (`skeleton`), whether its
+    per-rank checks are clean, the one-member collectives it turned into compute."""
+
+    def __init__(self, rank: Rank, rows: list[tuple], clean: bool, demoted: int, first: str):
+        self.rank, self.rows, self.clean, self.demoted, self.first = rank, rows, clean, demoted, first
+
+
+def _finish_and_check(rank: Rank, shell_and_options) -> RankFacts:
+    shell, options = shell_and_options
+    one = replace(shell, ranks={rank.rank: rank}, metadata={}, assumptions=[])
+    demoted = demote_one_rank_collectives(one)
+    first = one.metadata[KEPT]["first"] if demoted else ""
+    clean = not _reported_by(one, options, PER_RANK_CHECKS)
+    return RankFacts(replace(rank, nodes=[]), skeleton(rank), clean, demoted, first)
+
+
+def _clean(trace: ExecutionTrace, options: Options) -> bool:
+    return not _reported_by(trace, options, CROSS_RANK_CHECKS)
+
+
+def _reported_by(trace: ExecutionTrace, options: Options, names: tuple[str, ...]) -> bool:
+    """True when a check of `names` finds what `validate.gate` reports (an error, a warning,
+    a partial rank set). The checks are taken from the validator's own list, by name."""
+    from .validate import _checks
+    from .validate.context import build_context
+
+    ctx = build_context(trace, options)
+    for name, check in _checks():
+        if name in names:
+            for finding in check(ctx) or ():
+                if finding.severity in (ERROR, WARNING) or finding.code == "I024":
+                    return True
+    return False
+
+
+def skeleton(rank: Rank) -> list[tuple]:
+    """The rank's sends, receives and collectives as rows (the fields other ranks and the dry
+    run read), each depending on the nearest earlier ones its dependencies lead to through
+    compute. Rows, not nodes: a tuple of plain values crosses processes several times faster."""
+    through: dict[int, list[int]] = {}  # compute node -> the comm nodes it waits for
+    comm: set[int] = set()
+    rows = []
+    for node in rank.nodes:
+        if node.ctrl_deps or not comm.issuperset(node.deps):
+            deps = []
+            for dep in chain(node.deps, node.ctrl_deps):
+                deps.extend((dep,) if dep in comm else through.get(dep, (dep,)))
+            if len(deps) > 1:
+                deps = list(dict.fromkeys(deps))
+        else:  # the common case: it waits for comm nodes only
+            deps = list(node.deps)
+        if node.kind in COMM_KINDS:
+            comm.add(node.id)
+            rows.append((node.id, node.name, int(node.kind), node.duration_ns, deps,
+                         None if node.coll is None else int(node.coll), node.size, node.group, node.peer, node.tag,
+                         node.start_ns, node.stream, node.parent, node.microbatch, node.args))
+        else:
+            through[node.id] = deps
+    return rows
+
+
+KINDS = {int(kind): kind for kind in NodeKind}
+COLLS = {None: None, **{int(coll): coll for coll in CollType}}
+
+
+def from_skeleton(facts: RankFacts) -> Rank:
+    """The rank with its skeleton's nodes (no sources, attributes or IO info: the checks here
+    read none of them)."""
+    facts.rank.nodes = [
+        Node(id, name, KINDS[kind], duration, deps, [], COLLS[coll], size, group, peer, tag, start, stream, parent,
+             microbatch, None, args)
+        for id, name, kind, duration, deps, coll, size, group, peer, tag, start, stream, parent, microbatch, args
+        in facts.rows
+    ]
+    facts.rows = None
+    return facts.rank
+
+
+def _whole(rank: Rank, _) -> Rank:
+    return rank
+
+
+def _record_demoted(trace: ExecutionTrace, checked: list[RankFacts]) -> None:
+    """What `demote_one_rank_collectives` records when it runs on the whole model."""
+    demoted = [facts for facts in checked if facts.demoted]
+    if demoted:
+        trace.assume(ASSUMPTION)
+        trace.metadata[KEPT] = {"count": sum(f.demoted for f in demoted), "first": demoted[0].first}

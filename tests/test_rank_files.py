@@ -1,0 +1,76 @@
+"""The checks a Chakra set written by workers gets (converters/rank_files.py): per rank on the
+workers, across ranks here on communication skeletons. Whenever the whole validator reports
+something, the split checks report something too (the set is then gated the local way), on
+random jobs clean and broken, deadlocks included; clean jobs stay clean."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from converters.model import CollType, Node, NodeKind, Rank
+from converters.options import Options
+from converters.rank_files import (CROSS_RANK_CHECKS, PER_RANK_CHECKS, RankFacts, _reported_by, from_skeleton,
+                                   skeleton)
+from validator_faults import FAULTS, inject, random_job
+
+ALL_CHECKS = tuple(dict.fromkeys(PER_RANK_CHECKS + CROSS_RANK_CHECKS))
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def split_reports(trace) -> bool:
+    """What rank_files.convert decides: per-rank checks on each whole rank, the cross-rank
+    checks on the skeletons."""
+    shell = replace(trace, ranks={})
+    if any(_reported_by(replace(shell, ranks={r: rank}), Options(), PER_RANK_CHECKS) for r, rank in trace.ranks.items()):
+        return True
+    skeletons = {r: from_skeleton(RankFacts(replace(rank, nodes=[]), skeleton(rank), True, 0, ""))
+                 for r, rank in trace.ranks.items()}
+    return _reported_by(replace(trace, ranks=skeletons), Options(), CROSS_RANK_CHECKS)
+
+
+def swap_two_collectives(trace, rng: random.Random) -> None:
+    """One rank issues two collectives of different groups the other way round: a deadlock
+    when another rank is in both groups."""
+    for rank in rng.sample(trace.sorted_ranks(), len(trace.ranks)):
+        colls = [i for i, n in enumerate(rank.nodes) if n.kind is NodeKind.COLLECTIVE]
+        pairs = [(i, j) for i in colls for j in colls if i < j and rank.nodes[i].group != rank.nodes[j].group]
+        if pairs:
+            i, j = rng.choice(pairs)
+            a, b = rank.nodes[i], rank.nodes[j]
+            for field in ("name", "coll", "size", "group"):
+                va, vb = getattr(a, field), getattr(b, field)
+                setattr(a, field, vb)
+                setattr(b, field, va)
+            return
+
+
+@PROPERTY
+@given(seed=st.integers(0, 2**32 - 1), fault=st.sampled_from((None, "swap", *FAULTS)))
+def test_split_checks_report_whenever_the_whole_validator_does(seed, fault):
+    rng = random.Random(seed)
+    trace = random_job(rng)
+    if fault == "swap":
+        swap_two_collectives(trace, rng)
+    elif fault is not None:
+        inject(trace, fault, rng)
+    whole = _reported_by(trace, Options(), ALL_CHECKS)
+    split = split_reports(trace)
+    assert split == whole or (split and not whole), "the split checks missed a finding"
+    if fault is None:
+        assert not split  # a clean job is written by the workers
+
+
+def test_the_skeleton_keeps_comm_nodes_and_their_waits_through_compute():
+    nodes = [Node(0, "c", NodeKind.COMPUTE), Node(1, "ar", NodeKind.COLLECTIVE, deps=[0], coll=CollType.ALL_REDUCE, size=8),
+             Node(2, "c", NodeKind.COMPUTE, deps=[1]), Node(3, "c", NodeKind.COMPUTE, deps=[2, 0]),
+             Node(4, "s", NodeKind.SEND, deps=[3], peer=1, tag=0, size=8), Node(5, "r", NodeKind.RECV, ctrl_deps=[1, 3], peer=1, tag=1, size=8)]
+    rows = skeleton(Rank(0, nodes=nodes))
+    assert [(row[0], row[4]) for row in rows] == [(1, []), (4, [1]), (5, [1])]
+    back = from_skeleton(RankFacts(Rank(0), rows, True, 0, ""))
+    assert [(n.id, n.kind, n.coll, n.deps, n.peer, n.tag, n.size) for n in back.nodes] == [
+        (1, NodeKind.COLLECTIVE, CollType.ALL_REDUCE, [], None, None, 8),
+        (4, NodeKind.SEND, None, [1], 1, 0, 8), (5, NodeKind.RECV, None, [1], 1, 1, 8)]
