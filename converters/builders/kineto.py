@@ -31,7 +31,6 @@ rank's nodes where its items are; `merge` puts the ranks into the trace.
 from __future__ import annotations
 
 import ast
-import copy
 import functools
 import re
 from bisect import bisect_left
@@ -154,9 +153,11 @@ def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> Execu
 @dataclass
 class RankSurvey:
     """One rank's file as the other ranks need to know it (small): `plan_view` holds its facts and
-    copies of its collectives (for group resolution and clock alignment); `records` is the whole
-    part, kept for `build` in the process that read the file (None once the survey crossed
-    processes: `build` then reads the file again)."""
+    its collective items (for group resolution and clock alignment: the plan sets their groups,
+    but `build` takes groups from the plan, so it does not matter whether these are the records'
+    own items, as in the process that read the file, or copies); `records` is the whole part,
+    kept for `build` in the process that read the file (None once the survey crossed processes:
+    `build` then reads the file again)."""
 
     file: str  # the name as given (what messages and node sources say)
     path: str  # where to read it again (absolute when a worker elsewhere reads it)
@@ -191,7 +192,7 @@ def survey_file(path: Path, options: Options, name: str) -> RankSurvey:
     part = rank_items(rt, options)
     rt.events = []
     peerless = _number_transfers(part)
-    collectives = [_plan_copy(it) for it in part.items if it.comm is not None and it.comm.kind == NodeKind.COLLECTIVE]
+    collectives = [it for it in part.items if it.comm is not None and it.comm.kind == NodeKind.COLLECTIVE]
     view = RankItems(rt, collectives, part.channels, part.runloop_threads, part.assumptions)
     earliest = min((it.start for it in part.items), default=None)
     return RankSurvey(name, str(path), view, earliest, peerless, Diagnostics(), part)
@@ -208,11 +209,6 @@ def _read_named(path: Path, name: str) -> RankTrace:
         raise InputError(name + e.where[len(str(path)):], e.message) from None
     rt.file = name
     return rt
-
-
-def _plan_copy(it: Item) -> Item:
-    """A collective item as the plan sees it: its times and a copy of its Comm (the plan sets the group)."""
-    return Item(it.name, it.stream, it.start, it.end, it.event, copy.copy(it.comm), host_ts=it.host_ts)
 
 
 def plan(surveys: list[RankSurvey], paths: list[Path], options: Options, diagnostics: Diagnostics) -> Plan:
