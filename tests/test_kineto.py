@@ -198,6 +198,20 @@ def test_a_bad_file_read_by_a_worker_is_one_error_at_its_byte(runner, tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+def test_a_rank_whose_survey_left_its_items_behind_is_read_again_with_the_same_nodes():
+    from converters.builders import kineto
+    from converters.options import Options
+
+    paths = sorted(GLOO.iterdir())
+    surveys = [kineto.survey_file(p, Options(), str(p)) for p in paths]
+    plan = kineto.plan(surveys, paths, Options(), Diagnostics())
+    [kept] = kineto.build_file(surveys[1], plan, Options())
+    assert surveys[1].records is None  # built: its items are freed
+    [again] = kineto.build_file(surveys[1], plan, Options())  # as on a worker that did not survey it
+    assert again.rank.nodes == kept.rank.nodes and len(kept.rank.nodes) > 10
+    assert any(n.kind == NodeKind.COLLECTIVE for n in again.rank.nodes)
+
+
 # ---------------------------------------------------------------- bad files
 
 def _bad(tmp_path, name: str, data: bytes) -> Path:
