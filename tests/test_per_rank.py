@@ -159,3 +159,18 @@ def test_a_worker_that_dies_fails_the_run_with_one_error_and_no_output(tmp_path)
     # the first file (in the order given) whose work was on the lost worker is named
     assert re.fullmatch(rf"--cluster local:2: a worker was lost while reading {tmp_path}/logs/rank\d\.log "
                         r"\(KilledWorker\); nothing was written", str(caught.value))
+
+
+def test_a_local_cluster_says_nothing_when_another_dask_holds_its_default_port(tmp_path):
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    import socket
+
+    with socket.socket() as other:  # another Dask's scheduler on this machine (8787 is its default)
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            other.bind(("0.0.0.0", 8787))
+            other.listen(1)
+        except OSError:
+            pass  # someone already holds it: the same situation
+        result = run_cli(*logs(tmp_path)[:2], "--cluster", "local:1", "-o", tmp_path / "t.json", "-q")
+    assert (result.code, result.stderr) == (0, "")

@@ -50,8 +50,11 @@ def connect(address: str | None):
         count = address[len(LOCAL):]
         if not count.isdigit() or int(count) < 1:
             raise UsageError(f"--cluster {address}: expected local:N with N >= 1 workers, or tcp://host:port")
+        # no dashboard; the scheduler's HTTP server (always started) on a free local port, not 8787,
+        # which another Dask on this machine may hold (Dask then warns on stderr)
         cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=50)
+                               dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                               silence_logs=50)
         return Client(cluster)
     try:
         return Client(address, timeout=10)
