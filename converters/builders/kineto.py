@@ -15,8 +15,8 @@ Per rank (`rank_items`, needs that rank's file alone):
   node after t waits for W's last node started before t; gloo: the collective waits for the
   launching thread's work before it, and the launching thread's first op after the collective
   ends waits for it (the calls are synchronous).
-- send/recv numbering: the k-th transfer from a to b is tag k on both sides, so each rank
-  numbers its own.
+- send/recv numbering (in `build_file`): the k-th transfer from a to b is tag k on both sides,
+  so each rank numbers its own.
 
 Across ranks (small): process groups from `pg_config` and the ops' `Process Group *` args,
 the group of gloo and older NCCL collectives from the worker thread or stream (and
@@ -24,7 +24,7 @@ cross-rank matching of each group's sequence when that leaves a choice), clock a
 
 The phases follow `builders/per_rank.py` (`KINETO`), so `--jobs` and `--cluster` run the
 per-rank work: `survey_file` reads a rank into its items and keeps them, sending on only its
-facts and collectives; `plan` resolves groups and clocks from those; `build_file` makes the
+facts and communication items; `plan` resolves groups and clocks from those; `build_file` makes the
 rank's nodes where its items are; `merge` puts the ranks into the trace.
 """
 
@@ -153,7 +153,7 @@ def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> Execu
 @dataclass
 class RankSurvey:
     """One rank's file as the other ranks need to know it (small): `plan_view` holds its facts and
-    its collective items (for group resolution and clock alignment: the plan sets their groups,
+    its communication items (for group resolution and clock alignment: the plan sets their groups,
     but `build` takes groups from the plan, so it does not matter whether these are the records'
     own items, as in the process that read the file, or copies); `records` is the whole part,
     kept for `build` in the process that read the file (None once the survey crossed processes:
@@ -186,16 +186,15 @@ class RankPart:
 
 
 def survey_file(path: Path, options: Options, name: str) -> RankSurvey:
-    """One rank's file -> its items (the per-rank work: reading, linking, merging, numbering its
-    sends and receives); the events are freed, the collectives summed up for the plan."""
+    """One rank's file -> its items (the per-rank work: reading, linking, merging); the events are
+    freed, the communication items are what the plan sees."""
     rt = _read_named(path, name)
     part = rank_items(rt, options)
     rt.events = []
-    peerless = _number_transfers(part)
-    collectives = [it for it in part.items if it.comm is not None and it.comm.kind == NodeKind.COLLECTIVE]
-    view = RankItems(rt, collectives, part.channels, part.runloop_threads, part.assumptions)
+    communication = [it for it in part.items if it.comm is not None]
+    view = RankItems(rt, communication, part.channels, part.runloop_threads, part.assumptions)
     earliest = min((it.start for it in part.items), default=None)
-    return RankSurvey(name, str(path), view, earliest, peerless, Diagnostics(), part)
+    return RankSurvey(name, str(path), view, earliest, _peerless(communication), Diagnostics(), part)
 
 
 def _read_named(path: Path, name: str) -> RankTrace:
@@ -235,7 +234,7 @@ def plan(surveys: list[RankSurvey], paths: list[Path], options: Options, diagnos
     trace.parallel = groups.parallel()
     trace.metadata["ranks_in_job"] = world
     trace.source.files = [Path(t.file).name for t in traces]
-    group_ids = {r: {(it.comm.channel, it.comm.pg_name): it.comm.group.id for it in view.items}
+    group_ids = {r: {(it.comm.channel, it.comm.pg_name): it.comm.group.id for it in view.items if it.comm.group}
                  for r, view in per_rank.items()}
     return Plan(trace, {r: offsets[r] + origin for r in per_rank}, group_ids)
 
@@ -259,6 +258,7 @@ def build_file(survey: RankSurvey, plan: Plan, options: Options) -> list[RankPar
     if part is None:
         part = survey_file(Path(survey.path), options, survey.file).records
     survey.records = None
+    _number_transfers(part)
     rank = _rank_nodes(part, plan.shifts[part.rank], plan.group_ids[part.rank])
     has_barrier = any(it.comm is not None and it.comm.coll == CollType.BARRIER for it in part.items)
     return [RankPart(rank, has_barrier)]
@@ -850,10 +850,17 @@ def _disagreement(instances, offsets, hosts) -> tuple[int, str]:
     return worst, where
 
 
-def _number_transfers(ri: RankItems) -> tuple[int, int] | None:
+def _peerless(items: list[Item]) -> tuple[int, int] | None:
+    """Sends and receives that name no peer (kept as compute): their count and the first one's event."""
+    unknown = sorted((it.start, it.end, it.event) for it in items
+                     if it.comm is not None and it.comm.kind != NodeKind.COLLECTIVE and it.comm.peer is None)
+    return (len(unknown), unknown[0][2]) if unknown else None
+
+
+def _number_transfers(ri: RankItems) -> None:
     """The k-th transfer from a to b is tag k on both sides: rank a numbers its sends to b and
-    rank b its receives from a, each in time order, so every rank numbers its own. Transfers
-    without a peer stay compute; returns (their count, the first one's event) for the warning."""
+    rank b its receives from a, each in time order, so every rank numbers its own (once the plan
+    has settled the peers). Transfers without a peer stay compute (`_peerless` counts them)."""
     counters: dict[tuple[int, str], int] = defaultdict(int)
     unknown = []
     for it in sorted(ri.items, key=lambda i: (i.start, i.end)):
@@ -869,7 +876,6 @@ def _number_transfers(ri: RankItems) -> tuple[int, int] | None:
     for it in unknown:
         it.comm = None
         it.name = f"{it.name} (peer unknown)"
-    return (len(unknown), unknown[0].event) if unknown else None
 
 
 def _warn_peerless(surveys: list[RankSurvey], trace: ExecutionTrace, diagnostics: Diagnostics) -> None:
