@@ -134,6 +134,23 @@ class Group:
 
 
 @dataclass(slots=True)
+class DisplaySpan:
+    """A slice drawn on timelines only (the Chrome and Perfetto writers), never a node.
+
+    What a measured input shows beside the work the model simulates, e.g. the CPU op of a
+    profiler trace that launched a communication kernel. It lives in `Rank.display`, apart
+    from `Rank.nodes`, so Chakra, the scheduler, the validator and stats never see it.
+    """
+
+    thread: str  # the thread it is drawn on, in the rank's process
+    name: str
+    start_ns: int  # measured, on the same origin as Node.start_ns
+    duration_ns: int
+    args: dict[str, Any] = field(default_factory=dict)
+    node: int | None = None  # id of the node it launched, when it launched one
+
+
+@dataclass(slots=True)
 class Rank:
     """One rank's program: its nodes in program order and where it sits in the job."""
 
@@ -147,6 +164,8 @@ class Rank:
     peer_map: dict[int, int] | None = None
     # Chakra GlobalMetadata as read (version, attributes), kept for verbatim rewrites.
     wire_metadata: tuple[str, list[WireAttr]] | None = None
+    # Drawn only, never simulated or checked (see DisplaySpan); only on graphs that are not shared.
+    display: list[DisplaySpan] = field(default_factory=list)
 
     def group_of(self, node: Node) -> int | None:
         if node.group is None or self.group_map is None:

@@ -494,3 +494,166 @@ def test_a_job_with_tp_groups_only_keeps_its_layout(tmp_path):
     trace = etc.read(tmp_path)
     assert (trace.parallel.tp, trace.parallel.dp) == (2, 2)
     assert sorted(g.kind for g in trace.groups.values()) == ["tp", "tp", "world"]
+
+
+# ---------------------------------------------------------------- display-only spans
+
+@pytest.mark.parametrize("fixture", [NCCL, NCCL_OLD], ids=lambda p: p.name)
+def test_cpu_ops_that_launch_nccl_kernels_are_drawn_but_never_nodes(fixture, tmp_path):
+    trace = etc.read(fixture)
+    rank0 = trace.ranks[0]
+    launcher = "record_param_comms" if fixture == NCCL else "nccl:"
+    kernels = {n.id: n for n in rank0.nodes if n.is_comm or "peer unknown" in n.name}
+    assert kernels and len(rank0.display) == 2 * len(kernels)  # the launching op and its cudaLaunchKernel
+    assert {s.node for s in rank0.display} == set(kernels)
+    assert {s.thread for s in rank0.display} == {"cpu thread 4000"}
+    assert all(s.name.startswith(launcher) or s.name == "cudaLaunchKernel" for s in rank0.display)
+    for span in rank0.display:  # the launch ends before its kernel starts
+        assert span.start_ns + span.duration_ns <= kernels[span.node].start_ns
+    assert not any(n.name.startswith((launcher, "cudaLaunch")) for n in rank0.nodes)
+
+    js, pf = tmp_path / "t.json", tmp_path / "t.pftrace"
+    assert run_cli(fixture, "-o", js, "-q").code == 0 and run_cli(fixture, "-o", pf, "-q").code == 0
+    doc = json.loads(js.read_text())
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert [name for (pid, _), name in sorted(threads.items()) if pid == 1][0] == "cpu thread 4000"  # above the streams
+    cpu = [e for e in doc["traceEvents"] if e["ph"] == "X" and threads[(e["pid"], e["tid"])].startswith("cpu thread")]
+    assert len(cpu) == sum(len(r.display) for r in trace.ranks.values())
+    assert min(e["ts"] for e in doc["traceEvents"] if e["ph"] == "X") == 0  # the first launch sets the origin
+    by_node = {(e["pid"], e["args"]["node"]): e for e in doc["traceEvents"] if e["ph"] == "X" and "node" in e["args"]}
+    for e in cpu:
+        kernel = by_node[(e["pid"], e["args"]["launched_node"])]
+        assert e["args"]["launched"].startswith(kernel["name"].split(" ")[0]) and e["ts"] < kernel["ts"]
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    packets = pb.Trace.FromString(pf.read_bytes()).packet
+    pf_threads = {(p.track_descriptor.thread.pid, p.track_descriptor.thread.tid): p.track_descriptor.thread.thread_name
+                  for p in packets if p.HasField("track_descriptor") and p.track_descriptor.HasField("thread")}
+    assert pf_threads == threads
+    begins = sum(1 for p in packets if p.HasField("track_event") and p.track_event.type == 1)
+    assert begins == sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
+
+
+def test_display_spans_leave_chakra_output_validation_and_stats_unchanged(tmp_path):
+    from converters.stats import stats_of
+    from converters.timeline import timeline_for
+
+    with_spans, without = etc.read(NCCL), etc.read(NCCL)
+    for rank in without.ranks.values():
+        rank.display = []
+    assert sum(len(rank.display) for rank in with_spans.ranks.values()) == 80
+    for name, trace in (("a", with_spans), ("b", without)):
+        etc.write(trace, tmp_path / name / "w", to="chakra")
+    for a in sorted((tmp_path / "a").iterdir()):
+        assert a.read_bytes() == (tmp_path / "b" / a.name).read_bytes(), a.name
+    assert stats_of(with_spans, timeline_for(with_spans)) == stats_of(without, timeline_for(without))
+    assert etc.validate(with_spans) == etc.validate(without)
+
+
+# ---------------------------------------------------------------- cross-stream waits
+
+def _deps_by_name(trace) -> dict[int, list[tuple]]:
+    """Per rank, every node as (name, stream, the (name, stream) of what it waits for)."""
+    out = {}
+    for r, rank in trace.ranks.items():
+        by_id = {n.id: n for n in rank.nodes}
+        out[r] = [(n.name, n.stream, sorted((by_id[d].name, by_id[d].stream) for d in n.deps)) for n in rank.nodes]
+    return out
+
+
+def _cross_stream_deps(trace) -> int:
+    return sum(1 for rank in trace.ranks.values() for n in rank.nodes for d in n.deps
+               if rank.nodes[d].stream != n.stream)
+
+
+def test_event_record_and_wait_calls_place_cross_stream_waits_in_host_order(tmp_path):
+    # newer Kineto: the wait's cuda_sync event at its cudaStreamWaitEvent call (host time), naming
+    # the cudaEventRecord call; the host runs 1 ms ahead of the GPU, so GPU times alone mislead
+    recorded = tmp_path / "recorded"
+    make_nccl_traces.write_set(recorded, "new", sync="record", lag=1000.0)
+    expected = _deps_by_name(etc.read(NCCL))
+    assert _deps_by_name(etc.read(recorded)) == expected
+    assert _cross_stream_deps(etc.read(recorded)) == 64
+    without_calls = tmp_path / "without_calls"  # the same traces with the record/wait calls taken out
+    without_calls.mkdir()
+    for path in recorded.iterdir():
+        doc = json.loads(path.read_text())
+        doc["traceEvents"] = [e for e in doc["traceEvents"]
+                              if e.get("name") not in ("cudaEventRecord", "cudaStreamWaitEvent")]
+        (without_calls / path.name).write_text(json.dumps(doc))
+    assert _deps_by_name(etc.read(without_calls)) != expected
+    # in the Chakra output: rank 0's first TP all-reduce waits for the GEMM on the compute stream before it
+    prefix = tmp_path / "chakra" / "w"
+    assert run_cli(recorded, "--to", "chakra", "-o", prefix, "-q").code == 0
+    nodes = read_rank(rank_files(prefix)[0]).nodes
+    by_id = {n.id: n for n in nodes}
+    first_allreduce = next(n for n in nodes if n.name.startswith("allreduce"))
+    assert [by_id[d].name for d in first_allreduce.data_deps] == ["sm90_xmma_gemm_bf16bf16_bf16f32"]
+
+
+@pytest.mark.parametrize("sync, sentence", [
+    ("unknown", "cross-stream waits whose cuda_sync event names no recording stream (wait_on_stream -1) "
+                "are not kept as dependencies"),
+    ("runtime", "cudaStreamWaitEvent calls without cuda_sync events (profile with enable_cuda_sync_events): "
+                "the runtime calls name no stream"),
+])
+def test_waits_that_do_not_name_the_recording_stream_are_an_assumption_never_a_guess(sync, sentence, tmp_path):
+    make_nccl_traces.write_set(tmp_path / "t", "new", sync=sync)
+    trace = etc.read(tmp_path / "t")
+    assert _cross_stream_deps(trace) == 0
+    assert sum(s.startswith(sentence) for s in trace.assumptions) == 1
+    assert run_cli(tmp_path / "t", "--to", "chakra", "-o", tmp_path / "c" / "w", "-q").code == 0
+
+
+# ---------------------------------------------------------------- gloo p2p in subgroups
+
+def _gloo_p2p_in_dp_groups(out: Path, ranks=range(4)) -> Path:
+    """The real gloo traces as if each send/recv had used its DP group ([0, 2], [1, 3]): the
+    peers in `Concrete Inputs` become ranks within that group, as torch writes them."""
+    in_group = {0: "1", 1: "1", 2: "0", 3: "0"}
+    out.mkdir()
+    for r in ranks:
+        doc = json.loads(gzip.decompress((GLOO / f"rank-{r}.pt.trace.json.gz").read_bytes()))
+        for e in doc["traceEvents"]:
+            if e.get("name") in ("c10d::send", "c10d::recv_"):
+                e["args"]["Concrete Inputs"][2] = in_group[r]
+        (out / f"rank-{r}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode(), mtime=0))
+    return out
+
+
+def _p2p(trace) -> dict[int, list[tuple]]:
+    return {r: [(n.kind, n.peer, n.tag) for n in rank.nodes if n.kind in (NodeKind.SEND, NodeKind.RECV)]
+            for r, rank in trace.ranks.items()}
+
+
+def test_gloo_peers_in_a_subgroup_are_mapped_to_global_ranks_by_the_matching_op(tmp_path):
+    variant = _gloo_p2p_in_dp_groups(tmp_path / "dp")
+    trace = etc.read(variant)
+    assert _p2p(trace) == _p2p(etc.read(GLOO))
+    assert _p2p(trace)[0] == [(NodeKind.SEND, 2, 0), (NodeKind.SEND, 2, 1)]
+    assert _p2p(trace)[3] == [(NodeKind.RECV, 1, 0), (NodeKind.RECV, 1, 1)]
+    assert not any("gloo send/recv" in s for s in trace.assumptions)
+    assert run_cli(variant, "--to", "chakra", "-o", tmp_path / "c" / "w", "-q").code == 0
+    assert run_cli("validate", tmp_path / "c").code == 0
+
+
+def test_gloo_peers_stay_default_group_ranks_when_no_matching_op_tells_and_that_is_said(tmp_path):
+    trace = etc.read(_gloo_p2p_in_dp_groups(tmp_path / "dp", ranks=(0, 3)))  # the peers' traces are absent
+    assert _p2p(trace)[0] == [(NodeKind.SEND, 1, 0), (NodeKind.SEND, 1, 1)]  # as written: a default-group rank
+    assert ("4 gloo send/recv name a peer that reads as a different rank in each of their process groups and no "
+            "matching op on a peer tells which: read as default-group ranks") in trace.assumptions
+
+
+def test_a_host_side_event_sync_is_no_stream_wait(tmp_path):
+    # cudaEventSynchronize: the host waits (Kineto's stream -1), so no stream waits and nothing is unknown
+    out = tmp_path / "t"
+    out.mkdir()
+    for path in NCCL.iterdir():
+        doc = json.loads(path.read_text())
+        doc["traceEvents"].append({"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "pid": 0, "tid": -1,
+                                   "ts": doc["traceEvents"][-1]["ts"], "dur": 1.0,
+                                   "args": {"cuda_sync_kind": "Event Sync", "wait_on_stream": -1, "stream": -1}})
+        (out / path.name).write_text(json.dumps(doc))
+    trace = etc.read(out)
+    assert _deps_by_name(trace) == _deps_by_name(etc.read(NCCL))
+    assert not any("cross-stream waits" in s for s in trace.assumptions)

@@ -12,9 +12,13 @@ Per rank (`rank_items`, needs that rank's file alone):
 - `--merge-compute` (default on): consecutive compute items of one stream with nothing between
   them that another stream waits for become one node (names in args).
 - dependencies: stream order; a `cuda_sync` wait (stream S waits for stream W at t): S's first
-  node after t waits for W's last node started before t; gloo: the collective waits for the
-  launching thread's work before it, and the launching thread's first op after the collective
-  ends waits for it (the calls are synchronous).
+  node after t waits for W's last node started before t, or, when the trace has the runtime calls
+  (`cudaEventRecord` named by the wait's `wait_on_cuda_event_record_corr_id`, `cudaStreamWaitEvent`
+  by its correlation) and the kernels' launch calls, host program order picks both ends: W's last
+  kernel launched before the record call, S's first kernel launched after the wait call; gloo:
+  the collective waits for the launching thread's work before it, and the launching thread's
+  first op after the collective ends waits for it (the calls are synchronous).
+- display only (`model.DisplaySpan`): the CPU ops that launched each NCCL kernel, for timelines.
 - send/recv numbering (in `build_file`): the k-th transfer from a to b is tag k on both sides,
   so each rank numbers its own.
 
@@ -38,11 +42,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
+from typing import NamedTuple
 
 from ..diagnostics import Diagnostics, InputError
-from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
+from ..model import CollType, DisplaySpan, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
 from ..options import Options
-from ..readers.kineto import MAX_RANKS, Event, RankTrace, read_rank
+from ..readers.kineto import MAX_RANKS, Event, LaunchCalls, RankTrace, read_rank
 from .per_rank import PerRankFormat, run as run_per_rank
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -96,9 +101,21 @@ class Comm:
     pg_ranks: tuple[int, ...] | None = None
     pg_desc: str = ""
     peer: int | None = None  # SEND: destination, RECV: source (global ranks)
+    peer_in_group: bool = False  # gloo: `peer` as written, the rank in a process group not named (`_gloo_peers`)
     user_tag: int | None = None
     seq: int | None = None
     group: Group | None = None  # the model's group, once resolved
+
+
+class StreamWait(NamedTuple):
+    """`stream` waits for `other`: its first item starting at or after `at` waits for the last item
+    of `other` starting before `before`; `other`'s compute is not merged across `cut`."""
+
+    stream: str
+    other: str
+    at: int
+    before: int
+    cut: int
 
 
 @dataclass(slots=True)
@@ -116,6 +133,8 @@ class Item:
     busy: int = 0
     waits: list | None = None  # items it waits for (indices into the rank's items once linked)
     node: Node | None = None
+    # drawn only (model.DisplaySpan): (thread, name, start, end, args) of the CPU ops that launched it
+    display: list[tuple] | None = None
 
     def wait_for(self, other) -> None:
         if self.waits is None:
@@ -177,6 +196,7 @@ class Plan:
     trace: ExecutionTrace
     shifts: dict[int, int]
     group_ids: dict[int, dict[tuple, int]]
+    gloo_peers: dict[int, dict[int, int]]  # rank -> event of a gloo send/recv -> its peer (`_gloo_peers`)
 
 
 @dataclass
@@ -191,6 +211,7 @@ def survey_file(path: Path, options: Options, name: str) -> RankSurvey:
     rt = _read_named(path, name)
     part = rank_items(rt, options)
     rt.events = []
+    rt.launches = LaunchCalls()
     communication = [it for it in part.items if it.comm is not None]
     view = RankItems(rt, communication, part.channels, part.runloop_threads, part.assumptions)
     earliest = min((it.start for it in part.items), default=None)
@@ -225,6 +246,7 @@ def plan(surveys: list[RankSurvey], paths: list[Path], options: Options, diagnos
     trace.metadata["backend"] = ",".join(sorted({t.backend for t in traces if t.backend}))
     groups = _Groups(trace, _pg_configs(traces), world)
     groups.resolve(per_rank, traces, diagnostics)
+    _gloo_peers(per_rank, trace)
     hosts = {t.rank: t.host or f"rank {t.rank}" for t in traces}
     offsets = _align_clocks(per_rank, hosts, trace, diagnostics)
     _warn_peerless(sorted(surveys, key=lambda s: s.plan_view.rank), trace, diagnostics)
@@ -236,7 +258,9 @@ def plan(surveys: list[RankSurvey], paths: list[Path], options: Options, diagnos
     trace.source.files = [Path(t.file).name for t in traces]
     group_ids = {r: {(it.comm.channel, it.comm.pg_name): it.comm.group.id for it in view.items if it.comm.group}
                  for r, view in per_rank.items()}
-    return Plan(trace, {r: offsets[r] + origin for r in per_rank}, group_ids)
+    gloo_peers = {r: {it.event: it.comm.peer for it in view.items if it.comm.peer_in_group}
+                  for r, view in per_rank.items()}
+    return Plan(trace, {r: offsets[r] + origin for r in per_rank}, group_ids, gloo_peers)
 
 
 def _by_rank(surveys: list[RankSurvey]) -> dict[int, RankItems]:
@@ -258,6 +282,7 @@ def build_file(survey: RankSurvey, plan: Plan, options: Options) -> list[RankPar
     if part is None:
         part = survey_file(Path(survey.path), options, survey.file).records
     survey.records = None
+    _settle_gloo_peers(part, plan.gloo_peers[part.rank])
     _number_transfers(part)
     rank = _rank_nodes(part, plan.shifts[part.rank], plan.group_ids[part.rank])
     has_barrier = any(it.comm is not None and it.comm.coll == CollType.BARRIER for it in part.items)
@@ -326,15 +351,19 @@ def _in_step(items: list[Item], steps, step: int, rt: RankTrace) -> list[Item]:
     return [it for it in items if low <= it.host_ts <= high]
 
 
-def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[tuple]]:
+def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[StreamWait]]:
     by_external: dict[object, list[Event]] = defaultdict(list)
+    calls: dict[int, Event] = {}  # correlation -> a cudaEventRecord or cudaStreamWaitEvent call
     for e in rt.events:
         if e.cat in ("cpu_op", "user_annotation") and e.external is not None:
             by_external[e.external].append(e)
-    items, waits = [], []
+        elif e.cat == "cuda_runtime" and e.correlation is not None:
+            calls[e.correlation] = e
+    launches = rt.launches  # correlation -> (ts, dur, tid, name) of the call that launched a kernel
+    items, syncs, launched = [], [], []
     for e in rt.events:
         if e.cat == "cuda_sync" and "wait_on_stream" in e.args:
-            waits.append((_stream(e.tid), _stream(e.args["wait_on_stream"]), e.ts_ns))
+            syncs.append(e)
             continue
         if e.cat not in GPU_CATEGORIES:
             continue
@@ -344,8 +373,83 @@ def _gpu_items(rt: RankTrace, notes: list[str]) -> tuple[list[Item], list[tuple]
         if e.cat == "kernel" and "nccl" in e.name.lower():
             item.comm = _nccl_comm(e, host, rt, notes)
             item.name = _comm_name(item.comm)
+            item.display = _launch_spans(item, host, launches.get(e.correlation))
         items.append(item)
-    return items, waits
+        if calls:  # host launch order places the ends of waits (`_stream_waits`)
+            launch = launches.get(e.correlation)
+            if launch is not None:
+                launched.append((launch[0], item))
+    return items, _stream_waits(syncs, launched, calls, notes)
+
+
+def _stream_waits(syncs: list[Event], launched: list[tuple[int, Item]], calls: dict[int, Event],
+                  notes: list[str]) -> list[StreamWait]:
+    """The cross-stream waits of `cuda_sync` "Stream Wait Event"s (README "PyTorch profiler traces").
+
+    Kineto writes no stream on the runtime calls (only `cbid` and `correlation`): the streams come
+    from the `cuda_sync` event (`stream` waits for `wait_on_stream`); the calls, when present, only
+    place both ends in host program order, which the GPU times cannot (the host runs ahead)."""
+    by_stream: dict[str, list[tuple[int, Item]]] = defaultdict(list)  # launch call time, item
+    for launch_ts, item in sorted(launched, key=lambda pair: pair[0]):
+        by_stream[item.stream].append((launch_ts, item))
+    waits, unknown = [], 0
+    for e in syncs:
+        if type(e.tid) is int and e.tid < 0:  # the host waits (Event Sync): no stream does
+            continue
+        if e.args["wait_on_stream"] < 0:  # Kineto did not see which stream recorded the event
+            unknown += 1
+            continue
+        stream, other = _stream(e.tid), _stream(e.args["wait_on_stream"])
+        at = before = cut = e.ts_ns
+        record = calls.get(e.args.get("wait_on_cuda_event_record_corr_id"))
+        producer = _launched_next_to(by_stream.get(other, []), record.ts_ns, after=False) if record else None
+        if producer is not None:
+            before, cut = producer.start + 1, producer.end
+        call = calls.get(e.correlation)
+        consumer = _launched_next_to(by_stream.get(stream, []), call.ts_ns, after=True) if call else None
+        if consumer is not None:
+            at = consumer.start
+        waits.append(StreamWait(stream, other, at, before, cut))
+    if unknown:
+        notes.append("cross-stream waits whose cuda_sync event names no recording stream (wait_on_stream -1) "
+                     "are not kept as dependencies (Kineto writes no stream on the runtime calls)")
+    if not syncs and any(c.name == "cudaStreamWaitEvent" for c in calls.values()):
+        notes.append("cudaStreamWaitEvent calls without cuda_sync events (profile with enable_cuda_sync_events): "
+                     "the runtime calls name no stream, so those cross-stream waits are not known; "
+                     "streams are ordered only within themselves")
+    return waits
+
+
+def _launched_next_to(launched: list[tuple[int, Item]], ts: int, after: bool) -> Item | None:
+    """Of items sorted by launch call time, the first launched after `ts` or the last launched before it."""
+    k = bisect_left(launched, ts, key=lambda pair: pair[0])
+    if after:
+        while k < len(launched) and launched[k][0] <= ts:
+            k += 1
+        return launched[k][1] if k < len(launched) else None
+    return launched[k - 1][1] if k > 0 else None
+
+
+def _launch_spans(item: Item, host: list[Event], launch: tuple | None) -> list[tuple]:
+    """The CPU ops (same External id) and runtime call (same correlation) that launched a
+    communication kernel, each on its CPU thread: drawn beside the kernel, never nodes."""
+    args = {"launched": f"{item.name} on {item.stream}"}  # one dict for the kernel's spans
+    spans = [(_cpu_thread(e.tid), e.name, e.ts_ns, e.end_ns, args) for e in host]
+    if launch is not None:
+        ts, dur, tid, name = launch
+        spans.append((_cpu_thread(tid), name, ts, ts + dur, args))
+    return spans
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _cpu_thread(tid) -> str:
+    return f"cpu thread {tid}"
+
+
+def _display_spans(items: list[Item], shift: int) -> list[DisplaySpan]:
+    """The rank's display-only spans, on the model's clock, each naming the node it launched."""
+    return [DisplaySpan(thread, name, start - shift, max(0, end - start), args, node=it.node.id)
+            for it in items for thread, name, start, end, args in it.display or ()]
 
 
 @functools.lru_cache(maxsize=1 << 10)
@@ -494,6 +598,7 @@ def _cpu_items(rt: RankTrace) -> tuple[list[Item], list]:
         if kind != NodeKind.COLLECTIVE:
             inputs = launch.args.get("Concrete Inputs") or []
             comm.peer = _int(inputs[2], None) if len(inputs) > 2 else None
+            comm.peer_in_group = comm.peer is not None
             comm.user_tag = _int(inputs[3], None) if len(inputs) > 3 else None
         stream = "cpu" if source.tid in main_threads else f"gloo thread {source.tid}"
         start = min(launch.ts_ns, source.ts_ns)
@@ -558,13 +663,13 @@ def _top_level_compute(rt: RankTrace, threads: set, launches: list[Event], work:
     return items
 
 
-def _merged(items: list[Item], waits: list[tuple]) -> list[Item]:
+def _merged(items: list[Item], waits: list[StreamWait]) -> list[Item]:
     """Consecutive compute items of one stream as one node, unless a communication item, or a
     point another stream waits at, lies between them."""
     cuts: dict[str, list[int]] = defaultdict(list)
-    for stream, other, ts in waits:
-        cuts[stream].append(ts)
-        cuts[other].append(ts)
+    for wait in waits:
+        cuts[wait.stream].append(wait.at)
+        cuts[wait.other].append(wait.cut)
     for it in items:
         if it.comm is not None:
             cuts["cpu" if it.stream.startswith("gloo") else it.stream].append(it.start)
@@ -597,7 +702,7 @@ def _cut_between(low: int, high: int, cuts: list[int]) -> bool:
     return i < len(cuts) and cuts[i] <= high
 
 
-def _link(items: list[Item], waits: list[tuple]) -> list[Item]:
+def _link(items: list[Item], waits: list[StreamWait]) -> list[Item]:
     """Dependencies inside the rank: stream order, cuda_sync waits, synchronous gloo calls.
     Returns the items in time order, each item's `waits` as indices into that list."""
     by_stream: dict[str, list[Item]] = defaultdict(list)
@@ -607,11 +712,11 @@ def _link(items: list[Item], waits: list[tuple]) -> list[Item]:
         for before, after in zip(its, its[1:]):
             after.wait_for(before)
     starts = {stream: [i.start for i in its] for stream, its in by_stream.items()}
-    for stream, other, ts in waits:
+    for stream, other, at, before, _ in waits:
         if stream not in by_stream or other not in by_stream:
             continue
-        k = bisect_left(starts[stream], ts)
-        j = bisect_left(starts[other], ts) - 1
+        k = bisect_left(starts[stream], at)
+        j = bisect_left(starts[other], before) - 1
         if k < len(by_stream[stream]) and j >= 0:
             by_stream[stream][k].wait_for(by_stream[other][j])
     main = by_stream.get("cpu", [])
@@ -850,6 +955,50 @@ def _disagreement(instances, offsets, hosts) -> tuple[int, str]:
     return worst, where
 
 
+def _gloo_peers(per_rank: dict[int, RankItems], trace: ExecutionTrace) -> None:
+    """gloo send/recv peers as global ranks. A c10d op's `Concrete Inputs` hold the peer's rank in
+    the process group the op used, which the trace does not name: each of the rank's `pg_config`
+    groups gives a reading (member at that index); when they differ, the reading whose peer has the
+    matching op (the opposite kind, naming this rank's index in that group, same tag) decides; when
+    none or several do, the default-group reading stays, said as an assumption."""
+    written: dict[int, set[tuple]] = defaultdict(set)  # rank -> (kind, peer as written, tag) of its gloo p2p ops
+    for r, ri in per_rank.items():
+        for it in ri.items:
+            if it.comm is not None and it.comm.peer_in_group:
+                written[r].add((it.comm.kind, it.comm.peer, it.comm.user_tag))
+    unresolved = 0
+    for r in sorted(written):
+        if per_rank[r].info.pg_config is None:
+            trace.assume("gloo send/recv peers are read as default-group ranks (no pg_config names the groups)")
+        groups = [tuple(e["ranks"]) for e in per_rank[r].info.pg_config or [] if r in e["ranks"]]
+        for it in per_rank[r].items:
+            comm = it.comm
+            if comm is None or not comm.peer_in_group:
+                continue
+            readings = {g[comm.peer]: g for g in groups if comm.peer < len(g) and g[comm.peer] != r}
+            if len(readings) > 1:
+                other = NodeKind.RECV if comm.kind == NodeKind.SEND else NodeKind.SEND
+                matched = [q for q, g in readings.items() if (other, g.index(r), comm.user_tag) in written.get(q, ())]
+                if len(matched) == 1:
+                    comm.peer = matched[0]
+                else:
+                    unresolved += 1
+            elif readings:
+                comm.peer = next(iter(readings))
+            it.name = _comm_name(comm)
+    if unresolved:
+        trace.assume(f"{unresolved} gloo send/recv name a peer that reads as a different rank in each of their "
+                     "process groups and no matching op on a peer tells which: read as default-group ranks")
+
+
+def _settle_gloo_peers(ri: RankItems, peers: dict[int, int]) -> None:
+    """The peers `_gloo_peers` chose in the plan, on the rank's own items (elsewhere, the plan saw copies)."""
+    for it in ri.items:
+        if it.comm is not None and it.comm.peer_in_group:
+            it.comm.peer = peers[it.event]
+            it.name = _comm_name(it.comm)
+
+
 def _peerless(items: list[Item]) -> tuple[int, int] | None:
     """Sends and receives that name no peer (kept as compute): their count and the first one's event."""
     unknown = sorted((it.start, it.end, it.event) for it in items
@@ -922,6 +1071,7 @@ def _rank_nodes(ri: RankItems, shift: int, group_ids: dict[tuple, int]) -> Rank:
     for it in ordered:
         waited = (ri.items[w].node for w in it.waits or ())
         it.node.deps = sorted({n.id for n in waited if n is not None and n.id < it.node.id})
+    rank.display = _display_spans(ordered, shift)  # drawn only: not nodes
     return rank
 
 

@@ -16,6 +16,8 @@ compute ops keep none.
 from __future__ import annotations
 
 import re
+from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,16 +27,24 @@ from ..diagnostics import InputError
 from .text import gunzipped, head_gunzipped, json_error, read_bytes
 
 KEPT_CATEGORIES = frozenset({
-    "kernel", "gpu_memcpy", "gpu_memset", "cpu_op", "user_annotation", "cuda_sync",
+    "kernel", "gpu_memcpy", "gpu_memset", "cpu_op", "user_annotation", "cuda_sync", "cuda_runtime",
 })
+# The CUDA runtime calls kept (the others are dropped): launches, drawn beside the communication
+# kernels they launch, and the event record / stream wait calls that order streams. Kineto writes
+# only `cbid` and `correlation` on them (README "PyTorch profiler traces").
+LAUNCH_CALLS = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchKernelEx",
+})
+EVENT_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "cudaStreamWaitEvent"})
 # Arguments the builder reads (collective metadata, sizes, links); every other one is dropped.
 KEPT_ARGS = frozenset({
     "Collective name", "In msg nelems", "Out msg nelems", "dtype", "In split size", "Out split size",
     "Group size", "Process Group Name", "Process Group Description", "Process Group Ranks",
     "Global rank start", "Global rank stride", "Seq", "Src Rank", "Dst Rank", "Rank",
     "Input Dims", "Input type", "Concrete Inputs", "External id", "stream", "device", "wait_on_stream",
+    "wait_on_cuda_event_record_corr_id",
 })
-LINK_ARGS = frozenset({"wait_on_stream"})
+LINK_ARGS = frozenset({"wait_on_stream", "wait_on_cuda_event_record_corr_id"})
 # Names of the events whose collective arguments are kept.
 COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ncclDevKernel", "ncclKernel")
 _TEXT, _INT, _LIST = (str,), (int,), (list,)
@@ -44,7 +54,7 @@ ARG_TYPES = {
     "Collective name": _TEXT, "dtype": _TEXT, "Process Group Description": _TEXT,
     "In msg nelems": _NUMBER, "Out msg nelems": _NUMBER, "Group size": _NUMBER, "Global rank start": _NUMBER,
     "Global rank stride": _NUMBER, "Seq": _NUMBER, "Src Rank": _NUMBER, "Dst Rank": _NUMBER, "Rank": _NUMBER,
-    "stream": _INT, "device": _INT, "wait_on_stream": _INT,
+    "stream": _INT, "device": _INT, "wait_on_stream": _INT, "wait_on_cuda_event_record_corr_id": _INT,
     "In split size": (str, list), "Out split size": (str, list), "Process Group Name": (str, int),
     "Process Group Ranks": (str, list), "External id": (int, str),
     "Input Dims": _LIST, "Input type": _LIST, "Concrete Inputs": _LIST,
@@ -72,6 +82,7 @@ class Event:
     dur_ns: int
     args: dict  # the collective arguments (empty for compute)
     external: int | str | None = None  # "External id": links a kernel to the CPU op that launched it
+    correlation: int | None = None  # CUPTI's: links a kernel or a cuda_sync event to its runtime call
 
     @property
     def end_ns(self) -> int:
@@ -93,9 +104,51 @@ class RankTrace:
     thread_names: dict[tuple, str] = field(default_factory=dict)
     size_bytes: int = 0
     host: str | None = None  # host_name: ranks of one host share a clock
+    launches: LaunchCalls = field(default_factory=lambda: LaunchCalls())
 
     def where(self, event: Event) -> str:
         return f"{self.file}: event {event.index}"
+
+
+class LaunchCalls:
+    """The kernel launch calls of a trace by correlation (the kernel's), in flat arrays: there is
+    one per kernel, and a dict of tuples would cost about 300 bytes each."""
+
+    def __init__(self):
+        self.correlations, self.starts, self.durations = array("q"), array("q"), array("q")
+        self.threads: list = []
+        self.names: list[str] = []
+
+    def add(self, correlation: int, ts_ns: int, dur_ns: int, tid, name: str) -> None:
+        self.correlations.append(correlation)
+        self.starts.append(ts_ns)
+        self.durations.append(dur_ns)
+        self.threads.append(tid)
+        self.names.append(name)
+
+    def seal(self) -> None:
+        """Sort by correlation for `get` (Kineto numbers them in order, so usually already sorted)."""
+        keys = self.correlations
+        if all(a < b for a, b in zip(keys, keys[1:])):
+            return
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        for column in ("correlations", "starts", "durations"):
+            values = getattr(self, column)
+            setattr(self, column, array("q", (values[i] for i in order)))
+        self.threads = [self.threads[i] for i in order]
+        self.names = [self.names[i] for i in order]
+
+    def get(self, correlation) -> tuple | None:
+        """(ts_ns, dur_ns, tid, name) of the call with this correlation, or None."""
+        if correlation is None:
+            return None
+        i = bisect_left(self.correlations, correlation)
+        if i == len(self.correlations) or self.correlations[i] != correlation:
+            return None
+        return self.starts[i], self.durations[i], self.threads[i], self.names[i]
+
+    def __len__(self) -> int:
+        return len(self.correlations)
 
 
 def sniff(head: bytes, path: Path | None = None) -> bool:
@@ -121,7 +174,7 @@ def read_rank(path: Path) -> RankTrace:
             raise InputError(name, "expected a PyTorch profiler trace: a JSON object with a traceEvents array")
         parsed = doc, *_events(name, [doc.pop("traceEvents")])
     del data
-    doc, events, threads = parsed
+    doc, events, threads, launches = parsed
     info = doc.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
     rank, rank_from = _rank_of(path, info)
@@ -135,7 +188,7 @@ def read_rank(path: Path) -> RankTrace:
     host = doc.get("host_name")
     return RankTrace(name, rank, rank_from, world, str(info.get("backend") or ""), pg_config,
                      base if _is_int(base) else None, events, threads, size,
-                     host if isinstance(host, str) and host else None)
+                     host if isinstance(host, str) and host else None, launches)
 
 
 def _bytes_of(path: Path) -> bytes:
@@ -201,7 +254,7 @@ def _in_batches(data: bytes, name: str):
         first += 1
     if data[first:first + 1] == b"]":  # no events at all
         head = _head(data, start.start(), first + 1)
-        return None if head is None else (head, [], {})
+        return None if head is None else (head, [], {}, LaunchCalls())
 
     array_end = None
 
@@ -215,13 +268,13 @@ def _in_batches(data: bytes, name: str):
             yield batch
 
     try:
-        events, threads = _events(name, batches())
+        events, threads, launches = _events(name, batches())
     except _NotSplittable:
         return None
     head = _head(data, start.start(), array_end)
     if head is None:
         return None
-    return head, events, threads
+    return head, events, threads, launches
 
 
 class _NotSplittable(Exception):
@@ -256,19 +309,22 @@ def _head(data: bytes, key_start: int, array_end: int | None) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _events(name: str, batches) -> tuple[list[Event], dict[tuple, str]]:
-    """The kept events of `batches` (lists of raw events, in order), and the thread names."""
+def _events(name: str, batches) -> tuple[list[Event], dict[tuple, str], LaunchCalls]:
+    """The kept events of `batches` (lists of raw events, in order), the thread names, the launch calls."""
     events: list[Event] = []
     threads: dict[tuple, str] = {}
+    launches = LaunchCalls()
     index = -1
     names: dict = {}
     for raw in batches:
-        index = _keep(name, raw, index, events, threads, names)
+        index = _keep(name, raw, index, events, threads, names, launches)
     events.sort(key=lambda ev: (ev.ts_ns, -ev.dur_ns, ev.index))
-    return events, threads
+    launches.seal()
+    return events, threads, launches
 
 
-def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, names: dict) -> int:
+def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, names: dict,
+          launches: LaunchCalls) -> int:
     """Append the events of one batch the builder uses; returns the index of the last one seen."""
     for e in raw:
         index += 1
@@ -288,10 +344,13 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
         label, pid, tid = e.get("name", ""), e.get("pid"), e.get("tid")
         if type(label) is not str or type(pid) not in ID_TYPES or type(tid) not in ID_TYPES:
             raise InputError(f"{name}: event {index}", "name must be a string, pid and tid integers or strings")
+        if cat == "cuda_runtime" and label not in EVENT_CALLS:
+            _keep_launch(e, names.setdefault(label, label), names.setdefault(tid, tid), ts, dur, launches)
+            continue
         # one object per distinct name and id: a big trace repeats a few thousand
         label, pid, tid = names.setdefault(label, label), names.setdefault(pid, pid), names.setdefault(tid, tid)
         args = e.get("args")
-        if not isinstance(args, dict):
+        if not isinstance(args, dict) or cat == "cuda_runtime":  # an event record / wait call: only its ids
             kept = NO_ARGS
         elif label.startswith(COMM_PREFIXES):
             kept = _checked({k: _shared(v, names) for k, v in args.items() if k in KEPT_ARGS}, name, index)
@@ -300,9 +359,22 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
         external = args.get("External id") if isinstance(args, dict) else None
         if type(external) not in ID_TYPES:
             external = None
+        correlation = args.get("correlation") if isinstance(args, dict) and cat != "cpu_op" else None
+        if not _is_int(correlation):
+            correlation = None
         # µs with ns decimals -> integer ns (rounded: the decimals are whole ns)
-        events.append(Event(index, cat, label, pid, tid, round(ts * 1000), round(dur * 1000), kept, external))
+        events.append(Event(index, cat, label, pid, tid, round(ts * 1000), round(dur * 1000), kept, external,
+                            correlation))
     return index
+
+
+def _keep_launch(e: dict, label: str, tid, ts, dur, launches: LaunchCalls) -> None:
+    """A kernel launch call, by its correlation (the kernel's): only its time and thread."""
+    if label in LAUNCH_CALLS:
+        args = e.get("args")
+        correlation = args.get("correlation") if isinstance(args, dict) else None
+        if _is_int(correlation) and 0 <= correlation < 1 << 62:
+            launches.add(correlation, round(ts * 1000), round(dur * 1000), tid, label)
 
 
 def _shared(value, names: dict):

@@ -328,6 +328,7 @@ def plan_trace(
         timeline = timeline_for(trace, options)
     drawn = choose_ranks(trace, options, diagnostics)
     shift = min((min(s) for s in timeline.starts.values() if s), default=0)
+    shift = display_shift(trace, drawn, shift)
     planner = _Planner(trace, timeline, shift, diagnostics)
     with paused_gc():
         processes = [planner.place_rank(trace.ranks[r]) for r in drawn]
@@ -378,6 +379,23 @@ def measured_vs_modelled_process(trace: ExecutionTrace, timeline: Timeline, shif
                       starts=starts, ends=ends, threads=[(1, "modelled"), (2, "measured")]),
         names=[s[3] for s in slices], make_args=lambda: [s[4] for s in slices],
     )
+
+
+def display_shift(trace: ExecutionTrace, drawn: list[int], shift: int) -> int:
+    """`shift`, or the start of the earliest display-only span (model.DisplaySpan) of a drawn
+    rank when that is earlier: every drawn time stays >= 0."""
+    return min([shift, *(span.start_ns for r in drawn for span in trace.ranks[r].display)])
+
+
+def display_args(rank: Rank) -> list[dict[str, Any]]:
+    """Args of a rank's display-only spans: theirs, and the node each launched."""
+    out = []
+    for span in rank.display:
+        args = {str(k): v for k, v in ((k, clean_arg(v)) for k, v in span.args.items()) if v is not None}
+        if span.node is not None:
+            args["launched_node"] = span.node
+        out.append(args)
+    return out
 
 
 def one_clock(trace: ExecutionTrace, timeline: Timeline) -> bool:
@@ -565,12 +583,17 @@ class _Planner:
         if pmap is not None:
             p2p = _remap(p2p, lambda key: (key[0], key[1] if key[1] is None else pmap.get(key[1], key[1]), key[2]))
         bases = self.base_threads(tpl, collectives)
-        layout = self.layout(tpl, starts, ends, bases, rank.rank)
+        if rank.display:  # drawn-only spans: this rank's own layout
+            layout = self.new_layout(tpl, starts, ends, bases, rank.rank, rank.display)
+        else:
+            layout = self.layout(tpl, starts, ends, bases, rank.rank)
         names = tpl.names
         if None in names:  # comm nodes without a name: named from this rank's group or peer
             names = [name if name is not None else slice_name(self.trace, rank, node) for name, node in zip(names, nodes)]
         if tpl.waits:
             names = names + [waiting_name(rank.peer_of(nodes[p])) for p, _, _ in tpl.waits]
+        if rank.display:
+            names = names + [span.name for span in rank.display]
         tpl.users += 1
         process = Process(
             rank=rank.rank,
@@ -606,15 +629,22 @@ class _Planner:
         entries.append((starts, ends, bases, layout))
         return layout
 
-    def new_layout(self, tpl: _Template, starts: list[int], ends: list[int], bases: list[str], rank: int) -> Layout:
+    def new_layout(self, tpl: _Template, starts: list[int], ends: list[int], bases: list[str], rank: int,
+                   display: list | tuple = ()) -> Layout:
         if any(map(operator.lt, ends, starts)):  # a negative duration is drawn as zero
             ends = [max(s, e) for s, e in zip(starts, ends)]
         if tpl.waits:  # waiting parts start with their receive and end within it
             starts = starts + [starts[p] for p, _, _ in tpl.waits]
             ends = ends + [min(starts[p] + wait, ends[p]) for p, wait, _ in tpl.waits]
             bases = bases + [bases[p] for p, _, _ in tpl.waits]
-        order = drawing_order(starts, ends, tpl.parents, tpl.has_parents)
-        lane_of, lanes = place_lanes(order, starts, ends, tpl.parents, bases)
+        parents = tpl.parents
+        if display:  # display-only spans (model.DisplaySpan) after the nodes and waits, on their own threads
+            starts = starts + [span.start_ns for span in display]
+            ends = ends + [span.start_ns + span.duration_ns for span in display]
+            bases = bases + [span.thread for span in display]
+            parents = parents + [-1] * len(display)
+        order = drawing_order(starts, ends, parents, tpl.has_parents)
+        lane_of, lanes = place_lanes(order, starts, ends, parents, bases)
         threads, slot_of = thread_slots(lanes, rank)
         shift = self.shift
         if shift:
@@ -635,6 +665,8 @@ class _Planner:
         args = self.rank_args(tpl, rank, p2p)
         if tpl.waits:
             args = args + tpl.wait_args
+        if rank.display:
+            args = args + display_args(rank)
         tpl.users -= 1
         if tpl.users <= 0:  # no other rank will share them: free them with this rank's
             tpl.forget_args()
