@@ -3,9 +3,12 @@
     python benchmarks/bench_kineto.py [MB_PER_RANK] [RANKS]       # default 100 MB x 2 ranks
 
 Writes a set of big traces (the NCCL fixture's steps repeated, times shifted, ids renumbered;
-Kineto's one-event-per-line layout) into benchmarks/work/kineto, then times with fresh
-processes: reading one rank's file into its items (peak RSS against the file's size), and the
-whole set to Chakra and to Chrome JSON with --jobs 1 and --jobs 2.
+Kineto's one-event-per-line layout) into benchmarks/work/kineto, then measures fresh processes:
+reading one rank's file into its items (the per-rank phase's survey; peak RSS against the file's
+size), and the whole set to Chakra and to Chrome JSON in this process, with --jobs 2 and on a
+Dask cluster of 2 workers (when dask is installed). Figures: CPU seconds of the command and
+every process it waited for (the machine is shared: wall time says little), wall seconds, MB
+of trace per CPU second, peak RSS of the largest process.
 """
 
 from __future__ import annotations
@@ -69,21 +72,31 @@ def _write_repeated(doc: dict, path: Path, target: int) -> None:
         f.write('\n], "traceName": "big"}\n')
 
 
-# Runs a command and prints the peak RSS (KB) of the largest process it started: its own
-# figure, not the largest of every command this benchmark ran before it.
+# Runs a command and prints the peak RSS (KB) of the largest process it started and the CPU
+# seconds of the processes it waited for: its own figures, not those of every command this
+# benchmark ran before it.
 _MEASURE = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-            "sys.stderr.write(done.stderr); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
-            "sys.exit(done.returncode)")
+            "sys.stderr.write(done.stderr); use = resource.getrusage(resource.RUSAGE_CHILDREN); "
+            "print(use.ru_maxrss, use.ru_utime + use.ru_stime); sys.exit(done.returncode)")
 
 
-def timed(command: list[str]) -> tuple[float, int]:
-    """Wall seconds and the peak RSS (bytes) of the largest process the command ran."""
+def measured(command: list[str]) -> tuple[float, float, int]:
+    """CPU seconds, wall seconds and the peak RSS (bytes) of the largest process the command ran."""
     began = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", _MEASURE, *command], capture_output=True, text=True)
-    seconds = time.perf_counter() - began
+    wall = time.perf_counter() - began
     if done.returncode != 0:
         raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr}")
-    return seconds, int(done.stdout.split()[-1]) * 1024
+    rss, cpu = done.stdout.split()[-2:]
+    return float(cpu), wall, int(rss) * 1024
+
+
+def have_dask() -> bool:
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def main(argv: list[str]) -> int:
@@ -94,18 +107,20 @@ def main(argv: list[str]) -> int:
     total = sum(p.stat().st_size for p in paths)
     py = sys.executable
     print(f"{ranks} ranks x {size / 1e6:.1f} MB ({total / 1e6:.1f} MB of trace)")
-    one = [py, "-c", "import sys; from converters.builders.kineto import read_part; from converters.options import "
-           "Options; from pathlib import Path; p = read_part(Path(sys.argv[1]), Options()); print(len(p.items))",
-           str(paths[0])]
-    seconds, rss = timed(one)
-    print(f"one rank's file -> its items: {seconds:.2f} s, {size / 1e6 / seconds:.1f} MB/s, "
-          f"peak RSS {rss / 1e6:.0f} MB "
-          f"({rss / size:.2f}x the file)")
-    for jobs in ("1", "2"):
+    one = [py, "-c", "import sys; from converters.builders.kineto import survey_file; from converters.options import "
+           "Options; from pathlib import Path; p = Path(sys.argv[1]); s = survey_file(p, Options(), str(p)); "
+           "print(len(s.records.items))", str(paths[0])]
+    cpu, wall, rss = measured(one)
+    print(f"one rank's file -> its items: {cpu:.2f} s CPU ({wall:.2f} s wall), {size / 1e6 / cpu:.1f} MB/s, "
+          f"peak RSS {rss / 1e6:.0f} MB ({rss / size:.2f}x the file)")
+    runners = [("here", []), ("--jobs 2", ["--jobs", "2"])]
+    if have_dask():
+        runners.append(("--cluster local:2", ["--cluster", "local:2"]))
+    for name, runner in runners:
         for what, args in (("chakra", ["--to", "chakra", "-o", str(WORK / "out" / "w")]),
                            ("chrome json", ["-o", str(WORK / "out.json")])):
-            seconds, rss = timed([py, "-m", "converters.cli", str(paths[0].parent), *args, "--jobs", jobs, "-q"])
-            print(f"--jobs {jobs} -> {what}: {seconds:.2f} s, {total / 1e6 / seconds:.1f} MB/s, "
+            cpu, wall, rss = measured([py, "-m", "converters.cli", str(paths[0].parent), *args, *runner, "-q"])
+            print(f"{name} -> {what}: {cpu:.2f} s CPU ({wall:.2f} s wall), {total / 1e6 / cpu:.1f} MB/s, "
                   f"peak RSS {rss / 1e6:.0f} MB ({rss / size:.2f}x one file)")
     return 0
 

@@ -1,8 +1,8 @@
 """The seed corpus of each input format: inputs that reach deep into its reader and builder.
 
 For a format named in `converters.formats.INPUT_FORMATS`, the seeds are
-- every file under `samples/` that the format's sniffer accepts, whole (a gzip file also
-  inflated);
+- every file under `samples/` and `tests/fixtures/` that the format's sniffer accepts, whole
+  (a gzip file also inflated);
 - when the format is also an output (chakra, et-json): what our writers make of every sample,
   so Chakra gets real `.et` files of every layout (logs, tables, per-stage graphs) and et-json
   real dumps;
@@ -26,6 +26,7 @@ from converters.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
+FIXTURES = ROOT / "tests" / "fixtures"  # inputs made for the tests (profiler traces of GPU runs)
 FILES_PER_SET = 3  # of a written Chakra set: ranks 0, 1, 2 (the others repeat their roles)
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_RANKS_WRITTEN = 64  # a bigger sample's et-json dump is hundreds of MB: no seed to mutate
@@ -44,6 +45,7 @@ VARIANTS = {
     "neusight": [dict(pp=2, dp=2, num_layers=4, p2p_bytes=1 << 20), dict(tp=2, bytes_per_element=2, schedule="gpipe")],
     "megatron-log": [dict(strict=True), dict(retime=True), dict(tp=2)],
     "optimus-log": [dict(schedule="gpipe", bwd_factor=3.0, p2p_bytes=4096), dict(step=2)],
+    "kineto": [dict(step=1), dict(merge_compute=False)],
 }
 
 
@@ -56,9 +58,19 @@ def sample_files() -> list[Path]:
     return sorted(p for p in SAMPLES.rglob("*") if p.is_file() and not p.name.startswith("."))
 
 
+def fixture_files() -> list[Path]:
+    return sorted(p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix != ".py")
+
+
 def accepted_samples(fmt: str) -> list[Path]:
+    """The samples, then the test fixtures, that `fmt`'s sniffer accepts."""
     sniff = resolve(input_format(fmt).sniff)
-    return [p for p in sample_files() if sniff(p.read_bytes()[:1 << 16], p)]
+    return [p for p in sample_files() + fixture_files() if sniff(p.read_bytes()[:1 << 16], p)]
+
+
+def seed_name(path: Path) -> str:
+    """A sample's name; a fixture's with its folder (the sets repeat `rank-0.json`)."""
+    return path.name if path.is_relative_to(SAMPLES) else f"{path.parent.name}.{path.name}"
 
 
 def input_name(fmt: str) -> str:
@@ -116,7 +128,7 @@ def malformed_inputs(fmt: str) -> dict[str, bytes]:
 def write_seeds(fmt: str, directory: Path) -> int:
     """Fill `directory` with the seeds of `fmt`; returns how many."""
     directory.mkdir(parents=True, exist_ok=True)
-    seeds = {p.name: p.read_bytes() for p in accepted_samples(fmt)}
+    seeds = {seed_name(p): p.read_bytes() for p in accepted_samples(fmt)}
     for name, data in list(seeds.items()):
         if data.startswith(GZIP_MAGIC):  # mutating the inflated text reaches the parser
             seeds[f"{name}.inflated"] = gzip.decompress(data)

@@ -50,6 +50,15 @@ def test_the_malformed_corpus_is_part_of_the_seeds(tmp_path):
     assert any(f.name.startswith("malformed.neusight-") for f in tmp_path.iterdir())
 
 
+def test_profiler_traces_are_fuzzed_from_gpu_fixtures_too_and_with_their_options(tmp_path):
+    seeds.write_seeds("kineto", tmp_path)
+    names = {f.name for f in tmp_path.iterdir()}
+    assert {"rank-0.pt.trace.json.gz", "kineto_nccl.rank-0.json", "kineto_nccl_old.rank-0.pt.trace.json.gz.inflated"} <= names
+    assert seeds.input_name("kineto") == "rank-0.pt.trace.json.gz"  # a rank in the name, as traces have
+    variants = [(o.step, o.merge_compute) for o in seeds.option_variants("kineto")]
+    assert variants == [(None, True), (1, True), (None, False)]
+
+
 def finished(code: int) -> subprocess.Popen:
     process = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
     process.wait()

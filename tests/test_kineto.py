@@ -148,13 +148,68 @@ def test_rank_from_the_file_name_is_an_assumption(tmp_path):
     assert "rank of trace_rank0.json read from its file name (no distributedInfo.rank)" in trace.assumptions
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])
-def test_jobs_give_byte_identical_outputs(tmp_path, jobs):
-    out = tmp_path / f"j{jobs}.json"
-    assert run_cli(NCCL, "--jobs", jobs, "-o", out, "-q").code == 0
-    reference = tmp_path / "ref.json"
-    assert run_cli(NCCL, "-o", reference, "-q").code == 0
-    assert out.read_bytes() == reference.read_bytes()
+def _outputs(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _converted(tmp_path: Path, fixture: Path, name: str, *runner: str) -> tuple[dict[str, bytes], str]:
+    """Chrome JSON and a Chakra set of `fixture`, named relative to the project (as a user types
+    it; a Dask worker opens the absolute path); the outputs' bytes and what was said on stderr."""
+    out = tmp_path / name
+    said = ""
+    for args in (["-o", out / "t.json"], ["--to", "chakra", "-o", out / "set" / "w"]):
+        result = run_cli(fixture.relative_to(ROOT), *args, *runner)
+        assert result.code == 0, result.stderr
+        said += result.stderr
+    return _outputs(out), said
+
+
+def _needs_dask() -> None:
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+
+
+@pytest.mark.parametrize("runner", [("--jobs", "2"), ("--cluster", "local:2")], ids=["jobs", "cluster"])
+@pytest.mark.parametrize("fixture", [GLOO, NCCL, NCCL_OLD], ids=lambda p: p.name)
+def test_jobs_and_a_local_cluster_give_the_local_bytes(fixture, runner, tmp_path):
+    if runner[0] == "--cluster":
+        _needs_dask()
+    here, said_here = _converted(tmp_path, fixture, "here")
+    there, said_there = _converted(tmp_path, fixture, "there", *runner)
+    assert len(here) == 1 + 4 + 1  # t.json, 4 rank files and comm_group.json
+    assert here == there
+    assert said_here == said_there
+    name = f'"source":"{fixture.relative_to(ROOT)}/rank-0'.encode()
+    assert name in here["t.json"] and str(ROOT).encode() not in here["t.json"]  # the files as the user named them
+
+
+@pytest.mark.parametrize("runner", [("--jobs", "2"), ("--cluster", "local:2")], ids=["jobs", "cluster"])
+def test_a_bad_file_read_by_a_worker_is_one_error_at_its_byte(runner, tmp_path):
+    if runner[0] == "--cluster":
+        _needs_dask()
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for path in GLOO.iterdir():
+        (traces / path.name).write_bytes(path.read_bytes())
+    cut = traces / "rank-2.pt.trace.json.gz"
+    cut.write_bytes(cut.read_bytes()[:3000])
+    result = run_cli("traces", "-o", "x.json", *runner, cwd=tmp_path)
+    assert (result.code, result.stderr) == (2, "et-convert: error: traces/rank-2.pt.trace.json.gz: byte 3000: gzip "
+                                                "data cut off (the file is truncated)\n")
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_a_rank_whose_survey_left_its_items_behind_is_read_again_with_the_same_nodes():
+    from converters.builders import kineto
+    from converters.options import Options
+
+    paths = sorted(GLOO.iterdir())
+    surveys = [kineto.survey_file(p, Options(), str(p)) for p in paths]
+    plan = kineto.plan(surveys, paths, Options(), Diagnostics())
+    [kept] = kineto.build_file(surveys[1], plan, Options())
+    assert surveys[1].records is None  # built: its items are freed
+    [again] = kineto.build_file(surveys[1], plan, Options())  # as on a worker that did not survey it
+    assert again.rank.nodes == kept.rank.nodes and len(kept.rank.nodes) > 10
+    assert any(n.kind == NodeKind.COLLECTIVE for n in again.rank.nodes)
 
 
 # ---------------------------------------------------------------- bad files

@@ -254,3 +254,18 @@ def test_a_worker_that_cannot_write_its_rank_file_fails_the_run_with_one_error_a
     assert re.fullmatch(rf"{out}/w: cannot write rank [0246]'s file on a worker: No space left on device "
                         r"\(the output folder must be writable by every worker under this path\)", str(caught.value))
     assert not out.exists()
+
+
+def test_a_local_cluster_says_nothing_when_another_dask_holds_its_default_port(tmp_path):
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    import socket
+
+    with socket.socket() as other:  # another Dask's scheduler on this machine (8787 is its default)
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            other.bind(("0.0.0.0", 8787))
+            other.listen(1)
+        except OSError:
+            pass  # someone already holds it: the same situation
+        result = run_cli(*logs(tmp_path)[:2], "--cluster", "local:1", "-o", tmp_path / "t.json", "-q")
+    assert (result.code, result.stderr) == (0, "")

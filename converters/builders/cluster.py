@@ -14,7 +14,6 @@ system) under the same name, the output folder writable by the workers.
 from __future__ import annotations
 
 import operator
-import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -67,12 +66,11 @@ def connect(address: str | None):
         count = address[len(LOCAL):]
         if not count.isdigit() or int(count) < 1:
             raise UsageError(f"--cluster {address}: expected local:N with N >= 1 workers, or tcp://host:port")
-        with warnings.catch_warnings():
-            # The scheduler's HTTP server (health checks; no dashboard) takes another port when
-            # 8787 is busy, e.g. another user's cluster: nothing to tell the user.
-            warnings.filterwarnings("ignore", message="Port 8787 is already in use")
-            cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
-                                   dashboard_address=None, silence_logs=50)
+        # no dashboard; the scheduler's HTTP server (always started) on a free local port, not 8787,
+        # which another Dask on this machine may hold (Dask then warns on stderr)
+        cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
+                               dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                               silence_logs=50)
         return Client(cluster)
     try:
         return Client(address, timeout=10)

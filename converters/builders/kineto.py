@@ -19,22 +19,26 @@ Per rank (`rank_items`, needs that rank's file alone):
   the collective waits for the launching thread's work before it, and the launching thread's
   first op after the collective ends waits for it (the calls are synchronous).
 - display only (`model.DisplaySpan`): the CPU ops that launched each NCCL kernel, for timelines.
+- send/recv numbering (in `build_file`): the k-th transfer from a to b is tag k on both sides,
+  so each rank numbers its own.
 
 Across ranks (small): process groups from `pg_config` and the ops' `Process Group *` args,
 the group of gloo and older NCCL collectives from the worker thread or stream (and
-cross-rank matching of each group's sequence when that leaves a choice), clock alignment,
-send/recv pairing (the k-th transfer from a to b is tag k on both sides).
+cross-rank matching of each group's sequence when that leaves a choice), clock alignment.
+
+The phases follow `builders/per_rank.py` (`KINETO`), so `--jobs` and `--cluster` run the
+per-rank work: `survey_file` reads a rank into its items and keeps them, sending on only its
+facts and communication items; `plan` resolves groups and clocks from those; `build_file` makes the
+rank's nodes where its items are; `merge` puts the ranks into the trace.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
-import os
 import re
 from bisect import bisect_left
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
@@ -44,6 +48,7 @@ from ..diagnostics import Diagnostics, InputError
 from ..model import CollType, DisplaySpan, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
 from ..options import Options
 from ..readers.kineto import MAX_RANKS, Event, LaunchCalls, RankTrace, read_rank
+from .per_rank import PerRankFormat, run as run_per_rank
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 COLLECTIVE_NAMES = {
@@ -158,83 +163,142 @@ class RankItems:
         return self.info.file
 
 
-PARALLEL_FROM_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
-
-
 def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
-    return build(read_parts(paths, options), options, diagnostics)
+    return run_per_rank(KINETO, paths, options, diagnostics)
 
 
-def read_part(path: Path, options: Options) -> RankItems:
-    """One rank's file -> its items (the per-rank work: reading, linking, merging); the events are freed."""
-    rt = read_rank(path)
+# ---------------------------------------------------------------- per file, and across ranks (builders/per_rank.py)
+
+@dataclass
+class RankSurvey:
+    """One rank's file as the other ranks need to know it (small): `plan_view` holds its facts and
+    its communication items (for group resolution and clock alignment: the plan sets their groups,
+    but `build` takes groups from the plan, so it does not matter whether these are the records'
+    own items, as in the process that read the file, or copies); `records` is the whole part,
+    kept for `build` in the process that read the file (None once the survey crossed processes:
+    `build` then reads the file again)."""
+
+    file: str  # the name as given (what messages and node sources say)
+    path: str  # where to read it again (absolute when a worker elsewhere reads it)
+    plan_view: RankItems
+    earliest: int | None  # its first item's start, on its host clock
+    peerless: tuple[int, int] | None  # sends/receives naming no peer: (count, first one's event)
+    diagnostics: Diagnostics
+    records: RankItems | None = None
+
+
+@dataclass
+class Plan:
+    """What crosses ranks: the trace so far (groups, metadata, assumptions; merge adds the ranks),
+    per rank the ns to subtract from its clock and the group id of each (channel, pg_name) its
+    collectives use."""
+
+    trace: ExecutionTrace
+    shifts: dict[int, int]
+    group_ids: dict[int, dict[tuple, int]]
+    gloo_peers: dict[int, dict[int, int]]  # rank -> event of a gloo send/recv -> its peer (`_gloo_peers`)
+
+
+@dataclass
+class RankPart:
+    rank: Rank
+    has_barrier: bool
+
+
+def survey_file(path: Path, options: Options, name: str) -> RankSurvey:
+    """One rank's file -> its items (the per-rank work: reading, linking, merging); the events are
+    freed, the communication items are what the plan sees."""
+    rt = _read_named(path, name)
     part = rank_items(rt, options)
     rt.events = []
     rt.launches = LaunchCalls()
-    return part
+    communication = [it for it in part.items if it.comm is not None]
+    view = RankItems(rt, communication, part.channels, part.runloop_threads, part.assumptions)
+    earliest = min((it.start for it in part.items), default=None)
+    return RankSurvey(name, str(path), view, earliest, _peerless(communication), Diagnostics(), part)
 
 
-def _part_or_error(path: Path, options: Options) -> RankItems | tuple:
-    """`read_part` in a worker process: an InputError comes back as (where, message)."""
+def _read_named(path: Path, name: str) -> RankTrace:
+    """`read_rank`, with the file named as the user gave it: a Dask worker opens the absolute path,
+    but messages and node sources say the given name, as a local run does."""
     try:
-        return read_part(path, options)
+        rt = read_rank(path)
     except InputError as e:
-        return (e.where, e.message)
+        if e.where is None or not e.where.startswith(str(path)):
+            raise
+        raise InputError(name + e.where[len(str(path)):], e.message) from None
+    rt.file = name
+    return rt
 
 
-def read_parts(paths: list[Path], options: Options) -> list[RankItems]:
-    """Every file's part, in `--jobs` worker processes (default: every core once the files hold
-    32 MB); two files of one rank are an error."""
-    jobs = options.jobs
-    if jobs is None:
-        total = sum(p.stat().st_size for p in paths if p.exists())
-        jobs = (os.cpu_count() or 1) if total >= PARALLEL_FROM_BYTES else 1
-    if jobs > 1 and len(paths) > 1:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
-            parts = list(pool.map(_part_or_error, paths, [options] * len(paths)))
-        for part in parts:
-            if isinstance(part, tuple):
-                raise InputError(*part)
-    else:
-        parts = [read_part(path, options) for path in paths]
-    seen: dict[int, RankItems] = {}
-    for part in parts:
-        other = seen.get(part.rank)
-        if other is not None:
-            raise InputError(part.file, f"rank {part.rank} (from its {part.info.rank_from}) is also in {other.file}; "
-                                        "give each rank's trace once")
-        seen[part.rank] = part
-    return sorted(parts, key=lambda part: part.rank)
-
-
-def build(parts: list[RankItems], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
-    traces = [part.info for part in parts]
+def plan(surveys: list[RankSurvey], paths: list[Path], options: Options, diagnostics: Diagnostics) -> Plan:
+    """Groups, clock offsets and the time origin, from every rank's survey; two files of one rank are an error."""
+    per_rank = _by_rank(surveys)
+    traces = [view.info for view in per_rank.values()]
     trace = ExecutionTrace()
     trace.timing = "measured"
     trace.units = {"time": "µs with ns decimals (converted exactly to integer ns)",
                    "size": "message elements x dtype bytes"}
     world = max((t.world_size or 0 for t in traces), default=0) or (max(t.rank for t in traces) + 1)
-    configs = _pg_configs(traces)
-    per_rank: dict[int, RankItems] = {part.rank: part for part in parts}
-    for part in parts:
-        for sentence in part.assumptions:
+    for view in per_rank.values():
+        for sentence in view.assumptions:
             trace.assume(sentence)
-    backends = sorted({t.backend for t in traces if t.backend})
-    trace.metadata["backend"] = ",".join(backends)
-    groups = _Groups(trace, configs, world)
+    trace.metadata["backend"] = ",".join(sorted({t.backend for t in traces if t.backend}))
+    groups = _Groups(trace, _pg_configs(traces), world)
     groups.resolve(per_rank, traces, diagnostics)
     _gloo_peers(per_rank, trace)
     hosts = {t.rank: t.host or f"rank {t.rank}" for t in traces}
     offsets = _align_clocks(per_rank, hosts, trace, diagnostics)
-    _pair_transfers(per_rank, trace, diagnostics)
-    origin = min((it.start - offsets[r] for r, ri in per_rank.items() for it in ri.items), default=0)
+    _warn_peerless(sorted(surveys, key=lambda s: s.plan_view.rank), trace, diagnostics)
+    earliest = [s.earliest - offsets[s.plan_view.rank] for s in surveys if s.earliest is not None]
+    origin = min(earliest, default=0)
     trace.time_origin_ns = origin
-    for r, ri in sorted(per_rank.items()):
-        trace.ranks[r] = _rank_nodes(ri, offsets[r] + origin, groups)
     trace.parallel = groups.parallel()
     trace.metadata["ranks_in_job"] = world
     trace.source.files = [Path(t.file).name for t in traces]
+    group_ids = {r: {(it.comm.channel, it.comm.pg_name): it.comm.group.id for it in view.items if it.comm.group}
+                 for r, view in per_rank.items()}
+    gloo_peers = {r: {it.event: it.comm.peer for it in view.items if it.comm.peer_in_group}
+                  for r, view in per_rank.items()}
+    return Plan(trace, {r: offsets[r] + origin for r in per_rank}, group_ids, gloo_peers)
+
+
+def _by_rank(surveys: list[RankSurvey]) -> dict[int, RankItems]:
+    """Every survey's plan view by rank, in rank order; a rank given twice is an error naming both files."""
+    seen: dict[int, RankItems] = {}
+    for survey in surveys:
+        view = survey.plan_view
+        other = seen.get(view.rank)
+        if other is not None:
+            raise InputError(view.file, f"rank {view.rank} (from its {view.info.rank_from}) is also in {other.file}; "
+                                        "give each rank's trace once")
+        seen[view.rank] = view
+    return dict(sorted(seen.items()))
+
+
+def build_file(survey: RankSurvey, plan: Plan, options: Options) -> list[RankPart]:
+    """The rank's nodes on the common clock, with the plan's groups."""
+    part = survey.records
+    if part is None:
+        part = survey_file(Path(survey.path), options, survey.file).records
+    survey.records = None
+    _settle_gloo_peers(part, plan.gloo_peers[part.rank])
+    _number_transfers(part)
+    rank = _rank_nodes(part, plan.shifts[part.rank], plan.group_ids[part.rank])
+    has_barrier = any(it.comm is not None and it.comm.coll == CollType.BARRIER for it in part.items)
+    return [RankPart(rank, has_barrier)]
+
+
+def merge(plan: Plan, parts: list[RankPart], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
+    trace = plan.trace
+    for part in sorted(parts, key=lambda p: p.rank.rank):
+        trace.ranks[part.rank.rank] = part.rank
+    if any(part.has_barrier for part in parts):  # ASTRA-sim cannot simulate a barrier; NCCL and gloo reduce
+        trace.assume("barriers are written as all-reduces of their message (how NCCL and gloo run them)")
     return trace
+
+
+KINETO = PerRankFormat(survey_file, plan, build_file, merge)
 
 
 # ---------------------------------------------------------------- one rank
@@ -927,35 +991,55 @@ def _gloo_peers(per_rank: dict[int, RankItems], trace: ExecutionTrace) -> None:
                      "process groups and no matching op on a peer tells which: read as default-group ranks")
 
 
-def _pair_transfers(per_rank: dict[int, RankItems], trace: ExecutionTrace, diagnostics: Diagnostics) -> None:
-    """The k-th transfer from a to b is tag k on both sides; transfers without a peer stay compute."""
-    counters: dict[tuple[int, int, str], int] = defaultdict(int)
+def _settle_gloo_peers(ri: RankItems, peers: dict[int, int]) -> None:
+    """The peers `_gloo_peers` chose in the plan, on the rank's own items (elsewhere, the plan saw copies)."""
+    for it in ri.items:
+        if it.comm is not None and it.comm.peer_in_group:
+            it.comm.peer = peers[it.event]
+            it.name = _comm_name(it.comm)
+
+
+def _peerless(items: list[Item]) -> tuple[int, int] | None:
+    """Sends and receives that name no peer (kept as compute): their count and the first one's event."""
+    unknown = sorted((it.start, it.end, it.event) for it in items
+                     if it.comm is not None and it.comm.kind != NodeKind.COLLECTIVE and it.comm.peer is None)
+    return (len(unknown), unknown[0][2]) if unknown else None
+
+
+def _number_transfers(ri: RankItems) -> None:
+    """The k-th transfer from a to b is tag k on both sides: rank a numbers its sends to b and
+    rank b its receives from a, each in time order, so every rank numbers its own (once the plan
+    has settled the peers). Transfers without a peer stay compute (`_peerless` counts them)."""
+    counters: dict[tuple[int, str], int] = defaultdict(int)
     unknown = []
-    for r, ri in sorted(per_rank.items()):
-        for it in sorted(ri.items, key=lambda i: (i.start, i.end)):
-            comm = it.comm
-            if comm is None or comm.kind == NodeKind.COLLECTIVE:
-                continue
-            if comm.peer is None:
-                unknown.append((ri.file, it))
-                continue
-            src, dst = (r, comm.peer) if comm.kind == NodeKind.SEND else (comm.peer, r)
-            key = (src, dst, "s" if comm.kind == NodeKind.SEND else "r")
-            comm.seq = counters[key]
-            counters[key] += 1
-    if unknown:
-        first = unknown[0]
-        trace.assume("sends and receives whose peer the trace does not write are kept as compute "
-                     "(older PyTorch writes no Src/Dst Rank)")
-        diagnostics.warn("kineto-p2p-peer", f"{first[0]}: event {first[1].event}: {{count}} send/recv kernel(s) "
-                         "name no peer rank "
-                         "(older PyTorch); kept as compute, not paired", count=len(unknown))
-        for _, it in unknown:
-            it.comm = None
-            it.name = f"{it.name} (peer unknown)"
+    for it in sorted(ri.items, key=lambda i: (i.start, i.end)):
+        comm = it.comm
+        if comm is None or comm.kind == NodeKind.COLLECTIVE:
+            continue
+        if comm.peer is None:
+            unknown.append(it)
+            continue
+        key = (comm.peer, "s" if comm.kind == NodeKind.SEND else "r")
+        comm.seq = counters[key]
+        counters[key] += 1
+    for it in unknown:
+        it.comm = None
+        it.name = f"{it.name} (peer unknown)"
 
 
-def _rank_nodes(ri: RankItems, shift: int, groups: _Groups) -> Rank:
+def _warn_peerless(surveys: list[RankSurvey], trace: ExecutionTrace, diagnostics: Diagnostics) -> None:
+    """One warning for every rank's peerless sends and receives (`surveys` in rank order)."""
+    peerless = [(s.file, s.peerless) for s in surveys if s.peerless is not None]
+    if not peerless:
+        return
+    file, (_, event) = peerless[0]
+    trace.assume("sends and receives whose peer the trace does not write are kept as compute "
+                 "(older PyTorch writes no Src/Dst Rank)")
+    diagnostics.warn("kineto-p2p-peer", f"{file}: event {event}: {{count}} send/recv kernel(s) name no peer rank "
+                     "(older PyTorch); kept as compute, not paired", count=sum(count for _, (count, _) in peerless))
+
+
+def _rank_nodes(ri: RankItems, shift: int, group_ids: dict[tuple, int]) -> Rank:
     rank = Rank(ri.rank, source=Path(ri.file).name)
     ordered = ri.items  # in time order (`_link`)
     for index, it in enumerate(ordered):
@@ -973,11 +1057,9 @@ def _rank_nodes(ri: RankItems, shift: int, groups: _Groups) -> Rank:
             node.args["dtype"] = comm.dtype
             if comm.kind == NodeKind.COLLECTIVE:
                 node.coll = comm.coll
-                node.group = comm.group.id
-                if comm.coll == CollType.BARRIER:  # ASTRA-sim cannot simulate a barrier; NCCL and gloo reduce
+                node.group = group_ids[(comm.channel, comm.pg_name)]
+                if comm.coll == CollType.BARRIER:  # its assumption is said in `merge`
                     node.coll = CollType.ALL_REDUCE
-                    groups.trace.assume("barriers are written as all-reduces of their message "
-                                        "(how NCCL and gloo run them)")
                 if comm.seq is not None:
                     node.args["sequence"] = comm.seq
             else:
