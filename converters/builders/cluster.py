@@ -17,7 +17,7 @@ import operator
 from dataclasses import replace
 from pathlib import Path
 
-from ..diagnostics import Diagnostics, InputError, UsageError
+from ..diagnostics import InputError, UsageError
 from ..options import Options
 from . import per_rank
 

@@ -22,7 +22,6 @@ a message protobuf would not write byte for byte goes through protobuf whole.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import gzip
 import hashlib
 import re
@@ -41,6 +40,7 @@ from .._proto.wire import (
     per_rank_field, per_rank_role,
 )
 from ..diagnostics import Diagnostics, InputError
+from ..gc_pause import paused_gc
 from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Rank, WireAttr
 from ..options import Options
 from .text import GZIP_MAGIC, gunzipped, head_gunzipped, json_error, read_bytes
@@ -140,16 +140,11 @@ def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> Execu
     # cyclic garbage collector is paused meanwhile: it would rescan the growing caches and
     # nodes again and again, and nothing read here forms cycles.
     digest = hashlib.sha256()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         for rank_id, path in ranks_of(paths):
             raw = read_bytes(path)
             digest.update(raw)
             trace.ranks[rank_id] = read_rank(path, rank_id, gunzipped(raw, path), decoder)
-    finally:
-        if enabled:
-            gc.enable()
     trace.ranks = dict(sorted(trace.ranks.items()))
     trace.source.sha256 = digest.hexdigest()
     if decoder.shared_ranks:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gc
 import mmap
 import os
 import re
@@ -29,6 +28,7 @@ import orjson
 from .._proto import et_def_pb2 as pb
 from .._proto.wire import ATTR_KINDS, int_range
 from ..diagnostics import Diagnostics, InputError
+from ..gc_pause import paused_gc
 from ..model import ExecutionTrace, Group, Node, Rank, WireAttr
 from ..options import Options
 from .chakra import apply_our_metadata, apply_parallel_options, decide_timing, model_fields
@@ -58,17 +58,12 @@ def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> Execu
         raise InputError(str(paths[1]), "an et-json dump is one file; give only the dump")
     path = paths[0]
     data = mapped(path)
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         dump = Dump(str(path), options)
         layout = WriterLayout(data)
         if layout.matches:
             return dump.trace_in_parts(layout)
         return dump.trace(parse_json(path, data))
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def mapped(path: Path):

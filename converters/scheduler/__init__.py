@@ -11,8 +11,7 @@ wait in which node for whom; the validator uses it as its deadlock dry run.
 
 from __future__ import annotations
 
-import gc
-
+from ..gc_pause import paused_gc
 from ..model import ExecutionTrace
 from ..options import Options
 from ..timeline import Timeline
@@ -36,14 +35,9 @@ def schedule(trace: ExecutionTrace, options: Options | None = None, network: Net
     # The loop and the summary allocate millions of small objects that all stay alive until
     # they end; Python's cyclic garbage collector would rescan them (and every node of the
     # trace) again and again: slower than linear growth, half the time of a large set's stats.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         engine, starts, ends, cause = _run(trace, network)
         summary = summarize(engine, starts, ends, cause)
-    finally:
-        if enabled:
-            gc.enable()
     by_rank_start: dict[int, list[int]] = {}
     by_rank_end: dict[int, list[int]] = {}
     for r in range(len(engine.ranks)):

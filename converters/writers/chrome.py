@@ -30,10 +30,11 @@ from typing import Any, BinaryIO
 import orjson
 
 from ..diagnostics import Diagnostics
+from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
 from .layout_chrome import (
-    FLOW_IN, FLOW_OUT, FLOW_STEP, TID_STRIDE, Plan, Process, lookup_encoded, paused_gc, plan_trace, report_iteration,
+    FLOW_IN, FLOW_OUT, FLOW_STEP, TID_STRIDE, Plan, Process, lookup_encoded, plan_trace, report_iteration,
 )
 
 LARGE_JSON = 1_000_000_000

@@ -38,10 +38,11 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
 from ..diagnostics import Diagnostics
+from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
 from .layout_chrome import (
-    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, Layout, Plan, Process, lookup_encoded, paused_gc, plan_trace, report_iteration,
+    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, Layout, Plan, Process, lookup_encoded, plan_trace, report_iteration,
 )
 
 SEQUENCE_ID = 1
