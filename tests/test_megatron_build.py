@@ -39,8 +39,8 @@ def test_rank4_sample_converts_through_auto_detection():
     assert list(trace.ranks) == [4]
     # its stage pins tp*dp = 2; tp 2 rather than dp 2 comes from the TP sub-operations alone, which is said
     assert diagnostics.messages() == [
-        f"{RANK4}: layout guessed as tp=2, dp=1, pp=4: tp 2 read from the TP sub-operations, which runs with tp=1 "
-        "log too; give --tp/--dp/--pp to state it"
+        f"{RANK4}: layout guessed as tp=2, dp=1, pp=4: tp 2 read from the TP sub-operations, which tp=1 runs "
+        "also log; give --tp/--dp/--pp to state it"
     ]
 
 
@@ -433,7 +433,7 @@ def test_lone_first_rank_of_tp_run_gets_tp_from_its_sub_operations(tp2_run):
     assert embedding == {(0, 6)}
     assert diagnostics.messages() == [
         f"{tp2_run / 'rank0.log'}: layout guessed as tp=2, dp=1, pp=4: the ranks given only show tp*dp >= 2; "
-        "tp 2 read from the TP sub-operations, which runs with tp=1 log too; pp 4 read from rank 0's 4 forwards before its first backward (non-interleaved 1F1B warmup); "
+        "tp 2 read from the TP sub-operations, which tp=1 runs also log; pp 4 read from rank 0's 4 forwards before its first backward (non-interleaved 1F1B warmup); "
         "pp could be more than 4 (no rank of the last stage is given); give --tp/--dp/--pp to state it"
     ]
 
@@ -446,7 +446,7 @@ def test_lone_middle_rank_gets_pp_from_its_warmup(tp2_run):
     # stage 1 pins tp*dp = 2; the warmup gives pp only under non-interleaved 1F1B, which is said
     assert diagnostics.messages() == [
         f"{tp2_run / 'rank2.log'}: layout guessed as tp=2, dp=1, pp=4: tp 2 read from the TP sub-operations, which "
-        "runs with tp=1 log too; pp 4 read from rank 2's 3 forwards before "
+        "tp=1 runs also log; pp 4 read from rank 2's 3 forwards before "
         "its first backward (non-interleaved 1F1B warmup); give --tp/--dp/--pp to state it"
     ]
     assert [f.code for f in run_checks(trace) if f.code.startswith(("W05", "E05"))] == []
@@ -471,7 +471,7 @@ def test_ambiguous_split_of_tp_and_dp_is_warned_about(tmp_path):
     assert layout_of(trace) == (8, 2, 2, 2)  # the smallest tp the sub-operations allow
     assert diagnostics.messages() == [
         f"{tmp_path / 'rank0.log'}: layout guessed as tp=2, dp=2, pp=2: tp 2 read from the TP sub-operations, which "
-        "runs with tp=1 log too; tp*dp = 4 could also be tp=4, dp=1; "
+        "tp=1 runs also log; tp*dp = 4 could also be tp=4, dp=1; "
         "give --tp/--dp/--pp to state it"
     ]
     assert any(a.startswith("layout tp=2, dp=2, pp=2, ep=1: tp, dp, pp inferred") for a in trace.assumptions)
@@ -487,7 +487,7 @@ def test_complete_tp2_run_is_warned_that_tp_came_from_its_sub_operations(tp2_run
     assert layout_of(read(tp2_run, diagnostics)) == (8, 2, 1, 4)
     assert diagnostics.messages() == [
         f"{tp2_run / 'rank0.log'}: layout guessed as tp=2, dp=1, pp=4: tp 2 read from the TP sub-operations, which "
-        "runs with tp=1 log too; give --tp/--dp/--pp to state it"
+        "tp=1 runs also log; give --tp/--dp/--pp to state it"
     ]
 
 
@@ -498,7 +498,7 @@ def test_tp1_set_that_logs_tp_sub_operations_is_warned_about_and_read_right_with
     assert layout_of(guessed) == (4, 2, 1, 2)
     assert diagnostics.messages() == [
         f"{SAMPLES / 'megatron_tp1_pp2_dp2' / 'rank0.log'}: layout guessed as tp=2, dp=1, pp=2: tp 2 read from the TP "
-        "sub-operations, which runs with tp=1 log too; give --tp/--dp/--pp to state it"
+        "sub-operations, which tp=1 runs also log; give --tp/--dp/--pp to state it"
     ]
     stated = Diagnostics()
     trace = read(SAMPLES / "megatron_tp1_pp2_dp2", stated, tp=1)

@@ -536,7 +536,7 @@ def infer_layout(by_rank: dict[int, list[OpRecord]], options: Options) -> tuple[
         doubts.append(f"the ranks given only show tp*dp >= {per_stage}")
     if tp_seen and not (options.tp or options.dp):
         if tp > 1:  # the tracer logs the TP all-reduces whatever the TP size: their presence proves nothing
-            doubts.append(f"tp {tp} read from the TP sub-operations, which runs with tp=1 log too")
+            doubts.append(f"tp {tp} read from the TP sub-operations, which tp=1 runs also log")
         others = [f"tp={t}, dp={per_stage // t}" for t in _divisors(per_stage) if t > tp]
         if others:
             doubts.append(f"tp*dp = {per_stage} could also be {' or '.join(others)}")
