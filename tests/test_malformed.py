@@ -184,6 +184,8 @@ text_case("astra-too-few-columns", A, "w.txt", astra, lambda d: m.drop_cells(d, 
           "{f}:3: expected 12 columns (name, reserved, fwd_compute, fwd_comm_type, ...), found 10", *N8)
 text_case("astra-non-numeric-size", A, "w.txt", astra, lambda d: m.set_cell(d, 3, 10, b"1MB"),
           "{f}:3: wg_comm_size: expected a whole number >= 0, found '1MB'", *N8)
+text_case("astra-dlrm-layer-with-two-signs", A, "w.txt", b"HYBRID_DLRM --1\t100\0", lambda d: d,
+          "{f}:1: expected a header key such as 'model_parallel_NPU_group:', found '--1'", *N8)  # found by fuzzing
 text_case("astra-negative-delay", A, "w.txt", astra, lambda d: m.set_cell(d, 3, 11, b"-10"),
           "{f}:3: update_delay: expected a whole number >= 0, found '-10'", *N8)
 text_case("astra-inf-time", A, "w.txt", astra, lambda d: m.set_cell(d, 3, 2, b"inf"),

@@ -242,7 +242,7 @@ def _header_number(where: str, key: str, tokens: list[str], i: int) -> int:
 
 
 def _is_int(token: str) -> bool:
-    return token.isascii() and token.lstrip("-").isdigit()
+    return token.isascii() and token.removeprefix("-").isdigit()  # one sign at most: "--1" is no number
 
 
 def parse_row(workload: Workload, line: int, tokens: list[str], customized: bool) -> Row:
