@@ -51,10 +51,13 @@ class FramingError(Exception):
         self.message = message
 
 
+_SMALL_VARINTS = [bytes((n,)) for n in range(0x80)]  # lengths, ids and slots are mostly small
+
+
 def varint(value: int) -> bytes:
-    """The length prefix of a message (unsigned LEB128)."""
+    """A non-negative int as protobuf writes it (unsigned LEB128), e.g. a message's length prefix."""
     if value < 0x80:
-        return bytes((value,))
+        return _SMALL_VARINTS[value]
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

@@ -14,7 +14,6 @@ system) under the same name, the output folder writable by the workers.
 from __future__ import annotations
 
 import operator
-from dataclasses import replace
 from pathlib import Path
 
 from ..diagnostics import InputError, UsageError
@@ -37,7 +36,7 @@ class DaskWorkers(per_rank.Workers):
                                      [str(p) for p in paths], [options] * count, pure=False)
 
     def surveys(self) -> list:
-        small = self.client.map(_detached, self.state, pure=False)
+        small = self.client.map(per_rank.without_records, self.state, pure=False)
         return self._results(small, "reading")
 
     def start(self, step, arg, doing: str):
@@ -87,11 +86,6 @@ def _close(client) -> None:
 
 def _survey(fmt, path: str, name: str, options: Options):
     return fmt.survey(Path(path), options, name)
-
-
-def _detached(survey):
-    """The survey without its records, to send to the client (the records stay on the worker)."""
-    return replace(survey, records=None)
 
 
 def _result(future, path: Path, options: Options, doing: str):

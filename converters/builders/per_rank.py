@@ -218,7 +218,7 @@ def _worker(fmt: PerRankFormat, options: Options, files: list[tuple[int, Path]],
     try:
         for index, path in files:
             kept[index] = fmt.survey(path, options, str(path))
-            link.send((index, _without_records(kept[index]), None))
+            link.send((index, without_records(kept[index]), None))
         while True:
             step, arg = link.recv()
             for index in list(kept):
@@ -230,7 +230,8 @@ def _worker(fmt: PerRankFormat, options: Options, files: list[tuple[int, Path]],
         pass  # the parent stopped: an error in another worker's file
 
 
-def _without_records(survey):
+def without_records(survey):
+    """The survey without its records, to send to the process that plans (the records stay here)."""
     light = copy.copy(survey)
     light.records = None
     return light

@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
+from .._proto.wire import varint
 from ..diagnostics import Diagnostics
 from ..gc_pause import paused_gc
 from ..timeline import Timeline
@@ -118,22 +119,9 @@ _TERMINATING_FLOW_IDS = b"\x81\x03"  # varint 385 = 48 << 3 | 1
 # the tag of a begin's flow id, by direction (a chain's middle link goes on, as its start does)
 _FLOW_TAGS = tuple({FLOW_NONE: b"", FLOW_OUT: _FLOW_IDS, FLOW_IN: _TERMINATING_FLOW_IDS, FLOW_STEP: _FLOW_IDS}[d] for d in range(4))
 _FLOW_ID = struct.Struct("<Q")  # fixed64
-_SMALL_VARINTS = [bytes([n]) for n in range(128)]
 PID_BITS = 21  # thread track uuid = pid | slot << PID_BITS
 PID_FIELD_SIZE = PID_BITS // 7  # bytes of the pid part of a thread uuid's varint
 _PIECES_PER_PACKET = 6
-
-
-def varint(n: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative int."""
-    if n < 128:
-        return _SMALL_VARINTS[n]
-    out = bytearray()
-    while n >= 128:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 class _Prefixed(dict):
