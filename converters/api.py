@@ -152,11 +152,11 @@ def convert(
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     paths = _as_paths(inputs)
     refuse_overwriting_inputs(paths, Path(output), output_format(to, Path(output)))
-    per_rank_format = _written_by_workers(paths, fmt, to, Path(output), options)
-    if per_rank_format is not None:
+    by_workers = _written_by_workers(paths, fmt, to, Path(output), options)
+    if by_workers is not None:
         from . import rank_files
 
-        name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
+        name, per_rank_format = by_workers
         _note_reading(paths, name, diagnostics)
         return rank_files.convert(per_rank_format, paths, Path(output), options, diagnostics,
                                   lambda trace: _after_load(trace, name, paths, diagnostics, demote=False))
@@ -166,14 +166,15 @@ def convert(
 
 
 def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Path, options: Options):
-    """The per-rank format whose workers (--jobs, --cluster) write a Chakra set's rank files, or None."""
+    """(input format name, per-rank format) when workers (--jobs, --cluster) write a Chakra set's
+    rank files, or None."""
     from .builders import per_rank
 
     if output_format(to, output).name != "chakra" or not per_rank.uses_workers(options, paths):
         return None
-    load = input_format(detect(paths) if fmt in (None, "auto") else fmt).load
-    found = getattr(importlib.import_module(load.partition(":")[0]), "PER_RANK_FORMAT", None)
-    return found if found is not None and found.parts_stay_with_workers else None
+    name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
+    found = getattr(importlib.import_module(input_format(name).load.partition(":")[0]), "PER_RANK_FORMAT", None)
+    return (name, found) if found is not None and found.parts_stay_with_workers else None
 
 
 def simulate(
