@@ -66,6 +66,7 @@ Q_COMPUTE, Q_COMM, Q_FREE = 0, 1, 2
 _QUEUE_BY_TYPE = (Q_COMPUTE, Q_COMM, Q_COMM, Q_FREE, Q_FREE)  # indexed by T_*
 # Node states.
 S_WAITING, S_READY, S_ISSUED, S_DONE = 0, 1, 2, 3
+_DONE_BYTES = bytes([S_DONE]) * 256
 
 NO_CAUSE = -1
 
@@ -316,8 +317,8 @@ class Engine:
         coll_info, coll_cache = self.coll_info, self._coll_cache
         channel_key = self.channel_key
 
-        def finish_at(end: int, r: int, i: int) -> None:
-            push(events, (end, next(counter), r, i))
+        send_ns_of: list[dict[tuple, int]] = [{} for _ in ranks]  # per position: (group, peer, size) -> ns
+        send_ns = self.send_ns
 
         def channel(key) -> tuple[deque, deque]:
             chan = channels.get(key)
@@ -326,11 +327,11 @@ class Engine:
             return chan
 
         def finish_recv(r: int, i: int, posted: int, sent: int, arrived: int, sr: int, si: int) -> None:
-            starts[r][i] = max(posted, sent)
-            end = ends[r][i] = max(posted, arrived)
+            starts[r][i] = sent if sent > posted else posted
+            end = ends[r][i] = arrived if arrived > posted else posted
             if arrived >= posted:
                 cause[r][i] = sr * stride + si
-            finish_at(end, r, i)
+            push(events, (end, next(counter), r, i))
 
         def issue_collective(r: int, i: int, t: int, node: Node) -> None:
             gkey, needed, size, kind, hops, costs = coll_cache[r].get(node.group) or coll_info(r, node)
@@ -341,26 +342,35 @@ class Engine:
             inst = instances.get(key)
             if inst is None:
                 inst = instances[key] = [needed, [], 0, NO_CAUSE]
-            inst[1].append((r, i))
-            cost = costs.get((node.coll, node.size))
+            entries = inst[1]
+            entries.append((r, i))
+            cost_key = (node.coll, node.size)
+            cost = costs.get(cost_key)
             if cost is None:
-                cost = costs[(node.coll, node.size)] = net.collective_ns(node.coll, node.size, size, kind, hops)
+                cost = costs[cost_key] = net.collective_ns(node.coll, node.size, size, kind, hops)
             if cost > inst[2]:
                 inst[2] = cost
             inst[3] = cause[r][i]  # the last member to issue decides the start
-            if len(inst[1]) >= inst[0]:
+            if len(entries) >= inst[0]:
                 del instances[key]
                 end = t + inst[2]
-                for r2, i2 in inst[1]:
+                how = inst[3]
+                for r2, i2 in entries:
                     starts[r2][i2] = t
                     ends[r2][i2] = end
-                    cause[r2][i2] = inst[3]
-                    finish_at(end, r2, i2)
+                    cause[r2][i2] = how
+                    push(events, (end, next(counter), r2, i2))
 
         def issue_send(r: int, i: int, t: int, node: Node) -> None:
+            # The cost depends on the rank's group and peer for the node's and its size only.
+            costs = send_ns_of[r]
+            cost_key = (node.group, node.peer, node.size)
+            cost = costs.get(cost_key)
+            if cost is None:
+                cost = costs[cost_key] = send_ns(r, node)
             starts[r][i] = t
-            end = ends[r][i] = t + self.send_ns(r, node)
-            finish_at(end, r, i)
+            end = ends[r][i] = t + cost
+            push(events, (end, next(counter), r, i))
             sends, recvs = channel(channel_key(r, node, True))
             if recvs:
                 r2, i2, posted = recvs.popleft()
@@ -384,25 +394,25 @@ class Engine:
             if last_place > c and prog.ascending and order[last_place] - i == last_place - c:
                 # The run is nodes i .. last: set it with slices.
                 last = order[last_place]
+                # The run's inner nodes never reach a queue or the event heap (each is its
+                # predecessor's only dependent), so their `ready_at` and `remaining` stay unread.
                 times = list(accumulate(durations[i + 1:last + 1], initial=end))
-                st, sr = starts[r], state[r]
-                st[i + 1:last + 1] = ready_at[r][i + 1:last + 1] = times[:-1]
+                sr = state[r]
+                starts[r][i + 1:last + 1] = times[:-1]
                 ends[r][i + 1:last + 1] = times[1:]
                 base = r * stride
                 cause[r][i + 1:last + 1] = range(base + i, base + last)
-                remaining[r][i + 1:last + 1] = bytes(last - i)
-                sr[i:last] = bytes([S_DONE]) * (last - i)
+                sr[i:last] = _DONE_BYTES[:last - i] if last - i <= len(_DONE_BYTES) else bytes([S_DONE]) * (last - i)
                 sr[last] = S_ISSUED
                 done[r] += last_place - c
                 i, end = last, times[-1]
             elif last_place > c:
-                st, en, ca, sr, ra, rem = starts[r], ends[r], cause[r], state[r], ready_at[r], remaining[r]
+                st, en, ca, sr = starts[r], ends[r], cause[r], state[r]
                 base = r * stride
                 for place in range(c + 1, last_place + 1):
                     j = order[place]
                     sr[i] = S_DONE
-                    rem[j] = 0
-                    ra[j] = st[j] = end
+                    st[j] = end
                     ca[j] = base + i
                     sr[j] = S_ISSUED
                     end = en[j] = end + durations[j]
@@ -417,63 +427,53 @@ class Engine:
             return i, end
 
         def issue(r: int, t: int) -> None:
-            """Start what rank position r can start at time t."""
+            """Start what rank position r can start at time t: every waiting receive, metadata
+            and memory node (they need no stream), then the first ready compute node if the
+            compute stream is free, then the first ready collective or send if the slot is."""
             comp_q, comm_q, free_q = queues[r]
-            busy_r = busy[r]
+            prog = progs[r]
             if free_q:
-                issue_free(r, t, free_q)
+                by_prio, types, sr, st = prog.by_prio, prog.types, state[r], starts[r]
+                while free_q:
+                    i = by_prio[pop(free_q)]
+                    sr[i] = S_ISSUED
+                    st[i] = t
+                    if types[i] == T_RECV:
+                        post_recv(r, i, t, prog.nodes[i])
+                    else:
+                        end = ends[r][i] = t + prog.durations[i]
+                        push(events, (end, next(counter), r, i))
+            busy_r = busy[r]
+            # A node's cause: its last dependency if it became ready just now, else the node
+            # that freed its stream.
             if comp_q and not busy_r[Q_COMPUTE]:
                 busy_r[Q_COMPUTE] = True
-                start_compute(r, t, comp_q)
+                i = prog.by_prio[pop(comp_q)]
+                state[r][i] = S_ISSUED
+                starts[r][i] = t
+                if ready_at[r][i] != t and last[r][Q_COMPUTE] != NO_CAUSE:
+                    cause[r][i] = last[r][Q_COMPUTE]
+                end = ends[r][i] = t + prog.durations[i]
+                c = first_unstarted[r]
+                if runs and prog.compute_order[c] == i:  # every compute node before it has started
+                    i, end = run_compute(r, prog, c, i, end)
+                if end > t:  # the stream's busy time, touching stretches joined
+                    stretches = computing[r]
+                    if stretches and stretches[-1][1] == t:
+                        stretches[-1][1] = end
+                    else:
+                        stretches.append([t, end])
+                push(events, (end, next(counter), r, i))
             if comm_q and not busy_r[Q_COMM]:
                 busy_r[Q_COMM] = True
-                start_comm(r, t, comm_q)
-
-        def issue_free(r: int, t: int, free_q: list[int]) -> None:
-            """Receives, metadata and memory nodes need no stream: all start at once."""
-            prog = progs[r]
-            by_prio, types, sr, st = prog.by_prio, prog.types, state[r], starts[r]
-            while free_q:
-                i = by_prio[pop(free_q)]
-                sr[i] = S_ISSUED
-                st[i] = t
-                if types[i] == T_RECV:
-                    post_recv(r, i, t, prog.nodes[i])
+                i = prog.by_prio[pop(comm_q)]
+                state[r][i] = S_ISSUED
+                if ready_at[r][i] != t and last[r][Q_COMM] != NO_CAUSE:
+                    cause[r][i] = last[r][Q_COMM]
+                if prog.types[i] == T_COLL:
+                    issue_collective(r, i, t, prog.nodes[i])
                 else:
-                    end = ends[r][i] = t + prog.durations[i]
-                    push(events, (end, next(counter), r, i))
-
-        # A node's cause: its last dependency if it became ready just now, else the node that
-        # freed its stream.
-        def start_compute(r: int, t: int, comp_q: list[int]) -> None:
-            prog = progs[r]
-            i = prog.by_prio[pop(comp_q)]
-            state[r][i] = S_ISSUED
-            starts[r][i] = t
-            if ready_at[r][i] != t and last[r][Q_COMPUTE] != NO_CAUSE:
-                cause[r][i] = last[r][Q_COMPUTE]
-            end = ends[r][i] = t + prog.durations[i]
-            c = first_unstarted[r]
-            if runs and prog.compute_order[c] == i:  # every compute node before it has started
-                i, end = run_compute(r, prog, c, i, end)
-            if end > t:  # the stream's busy time, touching stretches joined
-                stretches = computing[r]
-                if stretches and stretches[-1][1] == t:
-                    stretches[-1][1] = end
-                else:
-                    stretches.append([t, end])
-            push(events, (end, next(counter), r, i))
-
-        def start_comm(r: int, t: int, comm_q: list[int]) -> None:
-            prog = progs[r]
-            i = prog.by_prio[pop(comm_q)]
-            state[r][i] = S_ISSUED
-            if ready_at[r][i] != t and last[r][Q_COMM] != NO_CAUSE:
-                cause[r][i] = last[r][Q_COMM]
-            if prog.types[i] == T_COLL:
-                issue_collective(r, i, t, prog.nodes[i])
-            else:
-                issue_send(r, i, t, prog.nodes[i])
+                    issue_send(r, i, t, prog.nodes[i])
 
         for r, prog in enumerate(progs):
             queue, prio, sr = prog.queue, prog.prio, state[r]
