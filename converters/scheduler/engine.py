@@ -66,6 +66,25 @@ Q_COMPUTE, Q_COMM, Q_FREE = 0, 1, 2
 _QUEUE_BY_TYPE = (Q_COMPUTE, Q_COMM, Q_COMM, Q_FREE, Q_FREE)  # indexed by T_*
 # Node states.
 S_WAITING, S_READY, S_ISSUED, S_DONE = 0, 1, 2, 3
+
+
+def _table(value_of) -> bytes:
+    """A `bytes.translate` table: byte v becomes value_of(v)."""
+    return bytes(value_of(v) for v in range(256))
+
+
+# A program's types are one byte per node, so that tables over them (queues, which nodes
+# compute, which talk) are made by `bytes.translate` and `compress` without a Python step per node.
+_TYPE_TABLE = _table(lambda v: _TYPE_BY_VALUE[v] if v < len(_TYPE_BY_VALUE) else T_OTHER)  # NodeKind value -> T_*
+_QUEUE_TABLE = _table(lambda t: _QUEUE_BY_TYPE[t] if t < len(_QUEUE_BY_TYPE) else Q_FREE)  # T_* -> Q_*
+IS_COMPUTE = _table(lambda t: t == T_COMPUTE)  # T_* -> 1 for compute nodes
+IS_TALK = _table(lambda t: t in (T_COLL, T_SEND, T_RECV))  # T_* -> 1 for communication nodes
+IS_COLL_OR_SEND = _table(lambda t: t in (T_COLL, T_SEND))  # T_* -> 1 for nodes that use the comm slot
+
+
+def indices(types: bytes, table: bytes) -> list[int]:
+    """Positions whose type the table maps to 1."""
+    return list(compress(range(len(types)), types.translate(table)))
 _DONE_BYTES = bytes([S_DONE]) * 256
 
 NO_CAUSE = -1
@@ -104,9 +123,12 @@ class Program:
                 index_of.setdefault(nid, i)
         self.index_of = _Contiguous(base, count) if contiguous else index_of
         self.types = types = _types_of(nodes)
-        self.queue = [_QUEUE_BY_TYPE[t] for t in types]
+        self.queue = types.translate(_QUEUE_TABLE)
         # A negative time would run the clock back.
-        self.durations = [d if d > 0 else 0 for d in [n.duration_ns for n in nodes]]
+        durations = [n.duration_ns for n in nodes]
+        if durations and min(durations) < 0:  # (durations are ints: 0 needs no change)
+            durations = [d if d > 0 else 0 for d in durations]
+        self.durations = durations
         dependents: list[list[int]] = [[] for _ in nodes]
         ndeps = [0] * count
         missing: dict[int, list[int]] = {}  # node index -> dep ids that do not exist
@@ -159,7 +181,7 @@ class Program:
         """
         types = self.types
         if self.ascending:
-            order = [i for i, typ in enumerate(types) if typ == T_COMPUTE]
+            order = indices(types, IS_COMPUTE)
         else:
             order = [i for i in self.by_prio if types[i] == T_COMPUTE]
         ndeps, dependents = self.ndeps, self.dependents
@@ -178,12 +200,17 @@ class Program:
         return end
 
 
-def _types_of(nodes: list[Node]) -> list[int]:
-    """T_* of every node (kinds are NodeKind members, whose values index _TYPE_BY_VALUE)."""
+def _types_of(nodes: list[Node]) -> bytes:
+    """T_* of every node, one byte each (kinds are NodeKind members: their values are bytes)."""
+    kinds = [n.kind for n in nodes]
     try:
-        return [_TYPE_BY_VALUE[n.kind] for n in nodes]
-    except (IndexError, TypeError):  # a kind that is no NodeKind
-        return [_TYPE_OF.get(n.kind, T_OTHER) for n in nodes]
+        return bytes(kinds).translate(_TYPE_TABLE)
+    except (ValueError, TypeError):  # a kind that is no NodeKind
+        pass
+    try:
+        return bytes([_TYPE_BY_VALUE[kind] for kind in kinds])
+    except (IndexError, TypeError):
+        return bytes([_TYPE_OF.get(kind, T_OTHER) for kind in kinds])
 
 
 class Engine:
@@ -483,29 +510,40 @@ class Engine:
         for r in range(nranks):
             issue(r, 0)
 
+        def release(r: int, i: int, t: int) -> None:
+            """Node i of position r ends at t: free its stream, ready its dependents."""
+            prog = progs[r]
+            state[r][i] = S_DONE
+            done[r] += 1
+            queue = prog.queue
+            enc = r * stride + i
+            q = queue[i]
+            if q != Q_FREE:
+                busy[r][q] = False
+                last[r][q] = enc
+            rem = remaining[r]
+            for d in prog.dependents[i]:
+                rem[d] -= 1
+                if rem[d] == 0:
+                    state[r][d] = S_READY
+                    ready_at[r][d] = t
+                    cause[r][d] = enc
+                    push(queues[r][queue[d]], prog.prio[d])
+
+        # Every node ending at t is released before any rank issues at t; ranks then issue in
+        # position order.
         dirty_flag = [False] * nranks
         while events:
-            t = events[0][0]
-            dirty: list[int] = []
+            t, _, r, i = pop(events)
+            release(r, i, t)
+            if not events or events[0][0] != t:  # the only end at t (the usual case)
+                issue(r, t)
+                continue
+            dirty_flag[r] = True
+            dirty = [r]
             while events and events[0][0] == t:
                 _, _, r, i = pop(events)
-                prog = progs[r]
-                state[r][i] = S_DONE
-                done[r] += 1
-                queue = prog.queue
-                enc = r * stride + i
-                q = queue[i]
-                if q != Q_FREE:
-                    busy[r][q] = False
-                    last[r][q] = enc
-                rem = remaining[r]
-                for d in prog.dependents[i]:
-                    rem[d] -= 1
-                    if rem[d] == 0:
-                        state[r][d] = S_READY
-                        ready_at[r][d] = t
-                        cause[r][d] = enc
-                        push(queues[r][queue[d]], prog.prio[d])
+                release(r, i, t)
                 if not dirty_flag[r]:
                     dirty_flag[r] = True
                     dirty.append(r)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import NodeKind
-from .engine import T_COLL, T_OTHER, T_RECV, T_SEND, Engine
+from .engine import IS_COLL_OR_SEND, IS_TALK, T_OTHER, Engine, indices
 
 TOP_CONTRIBUTORS = 10
 _BUSY_KINDS = (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
@@ -63,7 +63,7 @@ def _memory_and_talk(prog) -> tuple[list[int], list[int]]:
     memory = []
     if T_OTHER in types:
         memory = [i for i, typ in enumerate(types) if typ == T_OTHER and nodes[i].kind in _MEMORY_KINDS]
-    talk = [i for i, typ in enumerate(types) if typ == T_COLL or typ == T_SEND or typ == T_RECV]
+    talk = indices(types, IS_TALK)
     return memory, talk
 
 
@@ -101,7 +101,7 @@ def _add_traffic(comm: dict[str, dict[str, int]], engine: Engine, r: int, st: li
     rank = engine.ranks[r]
     prog = engine.progs[r]
     nodes = prog.nodes
-    for i in [i for i, typ in enumerate(prog.types) if typ == T_COLL or typ == T_SEND]:
+    for i in indices(prog.types, IS_COLL_OR_SEND):
         node = nodes[i]
         kind = engine.kind_of(rank.group_of(node), node)
         row = comm.get(kind)
