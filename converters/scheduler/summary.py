@@ -23,10 +23,12 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
     ranks_out: dict[str, dict[str, int]] = {}
     comm: dict[str, dict[str, int]] = {}
     cache: dict[int, dict[str, int]] = {}  # ranks sharing timelines share their breakdown
+    finishes = []  # per position: its latest end
     for r in range(len(engine.ranks)):
         key = id(starts[r])
         if key not in cache:
             cache[key] = _breakdown(engine.progs[r], starts[r], ends[r], engine.computing[r])
+        finishes.append(cache[key]["finish_ns"])
         members = engine.class_members(r)
         for rank in members:
             ranks_out[str(rank)] = dict(cache[key])
@@ -37,7 +39,7 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
         "iteration_time_ns": iteration,
         "ranks": ranks_out,
         "comm": dict(sorted(comm.items())),
-        "critical_path": critical_path(engine, starts, ends, cause),
+        "critical_path": critical_path(engine, starts, ends, cause, finishes),
     }
 
 
@@ -100,29 +102,34 @@ def _add_traffic(comm: dict[str, dict[str, int]], engine: Engine, r: int, st: li
     `copies` ranks share this timeline)."""
     rank = engine.ranks[r]
     prog = engine.progs[r]
-    nodes = prog.nodes
-    for i in indices(prog.types, IS_COLL_OR_SEND):
+    nodes, types = prog.nodes, prog.types
+    rows: dict[tuple, dict[str, int]] = {}  # (group, type) -> the row of its kind
+    for i in indices(types, IS_COLL_OR_SEND):
         node = nodes[i]
-        kind = engine.kind_of(rank.group_of(node), node)
-        row = comm.get(kind)
+        row = rows.get((node.group, types[i]))
         if row is None:
-            row = comm[kind] = {"ops": 0, "bytes": 0, "busy_ns": 0}
+            # The kind depends on the rank's group for the node's and on sending or not only.
+            kind = engine.kind_of(rank.group_of(node), node)
+            row = comm.get(kind)
+            if row is None:
+                row = comm[kind] = {"ops": 0, "bytes": 0, "busy_ns": 0}
+            rows[(node.group, types[i])] = row
         row["ops"] += copies
         row["bytes"] += node.size * copies
         row["busy_ns"] += (en[i] - st[i]) * copies
 
 
-def critical_path(engine: Engine, starts, ends, cause) -> dict[str, Any]:
+def critical_path(engine: Engine, starts, ends, cause, finishes: list[int] | None = None) -> dict[str, Any]:
     """Walk back from the last node to finish along each node's cause; credit each node with
-    the time from its cause's end to its own end (so the credits add up to the iteration)."""
-    last = None
-    for r in range(len(engine.ranks)):
-        en = ends[r]
-        if not en:
-            continue
-        i = en.index(max(en))  # the first node with the latest end
-        if last is None or en[i] > ends[last[0]][last[1]]:
-            last = (r, i)
+    the time from its cause's end to its own end (so the credits add up to the iteration).
+    `finishes`: each position's latest end, when known."""
+    if finishes is None:
+        finishes = [max(en, default=0) for en in ends]
+    last_rank = None  # the first position with the latest end
+    for r, finish in enumerate(finishes):
+        if ends[r] and (last_rank is None or finish > finishes[last_rank]):
+            last_rank = r
+    last = None if last_rank is None else (last_rank, ends[last_rank].index(finishes[last_rank]))
     if last is None:
         return {"length_ns": 0, "nodes": 0, "by_category": {}, "top": []}
     stride = engine.stride
