@@ -88,6 +88,7 @@ def indices(types: bytes, table: bytes) -> list[int]:
 _DONE_BYTES = bytes([S_DONE]) * 256
 
 NO_CAUSE = -1
+NO_DEPENDENT, SEVERAL = -1, -2  # Program.next_of
 
 
 class _Contiguous:
@@ -106,8 +107,8 @@ class _Contiguous:
 class Program:
     """What every rank running one node list has in common."""
 
-    __slots__ = ("nodes", "types", "queue", "durations", "ndeps", "dependents", "prio", "by_prio", "missing", "index_of",
-                 "compute_order", "linked", "ascending")
+    __slots__ = ("nodes", "types", "queue", "durations", "ndeps", "next_of", "more", "prio", "by_prio", "missing",
+                 "index_of", "compute_order", "linked", "ascending")
 
     def __init__(self, nodes: list[Node]):
         self.nodes = nodes
@@ -129,7 +130,11 @@ class Program:
         if durations and min(durations) < 0:  # (durations are ints: 0 needs no change)
             durations = [d if d > 0 else 0 for d in durations]
         self.durations = durations
-        dependents: list[list[int]] = [[] for _ in nodes]
+        # Dependents: most nodes have one (the next of a chain) or none, so `next_of[j]` holds
+        # the only one's index (or NO_DEPENDENT, or SEVERAL and then `more[j]` lists them): no
+        # list object per node.
+        next_of = [NO_DEPENDENT] * count
+        more: dict[int, list[int]] = {}
         ndeps = [0] * count
         missing: dict[int, list[int]] = {}  # node index -> dep ids that do not exist
         for i, deps in enumerate([n.deps for n in nodes]):
@@ -138,7 +143,14 @@ class Program:
             if len(deps) == 1 and contiguous:
                 j = deps[0] - base
                 if 0 <= j < count:
-                    dependents[j].append(i)
+                    k = next_of[j]
+                    if k == NO_DEPENDENT:
+                        next_of[j] = i
+                    else:
+                        if k >= 0:
+                            more[j] = [k]
+                            next_of[j] = SEVERAL
+                        more[j].append(i)
                 else:
                     missing[i] = [deps[0]]
                 ndeps[i] = 1  # a missing one can never be satisfied
@@ -151,9 +163,17 @@ class Program:
                     ndeps[i] += 1  # can never be satisfied
                 elif j not in seen:
                     seen.add(j)
-                    dependents[j].append(i)
+                    k = next_of[j]
+                    if k == NO_DEPENDENT:
+                        next_of[j] = i
+                    else:
+                        if k >= 0:
+                            more[j] = [k]
+                            next_of[j] = SEVERAL
+                        more[j].append(i)
                     ndeps[i] += 1
-        self.dependents = dependents
+        self.next_of = next_of
+        self.more = more
         self.ndeps = ndeps
         self.missing = missing
         # Issue order: ascending node id (ties: position), as ASTRA-sim's feeder does.
@@ -184,10 +204,9 @@ class Program:
             order = indices(types, IS_COMPUTE)
         else:
             order = [i for i in self.by_prio if types[i] == T_COMPUTE]
-        ndeps, dependents = self.ndeps, self.dependents
+        ndeps, next_of = self.ndeps, self.next_of
         self.compute_order = order
-        self.linked = [len(dependents[a]) == 1 and dependents[a][0] == b and ndeps[b] == 1
-                       for a, b in zip(order, order[1:])]
+        self.linked = [next_of[a] == b and ndeps[b] == 1 for a, b in zip(order, order[1:])]
         self.linked.append(False)
 
     def run_from(self, place: int) -> int:
@@ -195,9 +214,14 @@ class Program:
         dependent with several dependencies (whose cause depends on the order of events at one
         time), else the run stops one node earlier."""
         end = self.linked.index(False, place)
-        if end > place and any(self.ndeps[d] > 1 for d in self.dependents[self.compute_order[end]]):
+        if end > place and any(self.ndeps[d] > 1 for d in self.dependents(self.compute_order[end])):
             end -= 1
         return end
+
+    def dependents(self, j: int) -> list[int]:
+        """Indices of the nodes that depend on node j, ascending."""
+        k = self.next_of[j]
+        return [k] if k >= 0 else self.more.get(j, [])
 
 
 def _types_of(nodes: list[Node]) -> bytes:
@@ -521,8 +545,11 @@ class Engine:
             if q != Q_FREE:
                 busy[r][q] = False
                 last[r][q] = enc
+            d = prog.next_of[i]
+            if d == NO_DEPENDENT:
+                return
             rem = remaining[r]
-            for d in prog.dependents[i]:
+            for d in (d,) if d >= 0 else prog.more[i]:
                 rem[d] -= 1
                 if rem[d] == 0:
                     state[r][d] = S_READY
