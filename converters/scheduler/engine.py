@@ -37,7 +37,6 @@ send of a receive); following causes back from the last node gives the critical 
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import deque
 from itertools import accumulate, compress
 from typing import Any
@@ -368,8 +367,11 @@ class Engine:
         coll_count: list[dict[Any, int]] = [{} for _ in ranks]
         instances: dict[tuple[Any, int], list] = {}  # (gid, k) -> [needed, entries, cost, cause]
         channels: dict[tuple[Any, Any, Any], tuple[deque, deque]] = {}  # (src, dst, tag) -> (sends, recvs)
-        events: list[tuple[int, int, int, int]] = []  # (end, sequence, rank position, node index)
-        counter = itertools.count()
+        # Ends to come: a heap of distinct times, and per time the nodes that end then, as
+        # rank position, node index, ... in the order they were set (ties end in that order;
+        # the members of a collective all end at once: one heap entry).
+        times: list[int] = []
+        ending: dict[int, list[int]] = {}
         push = heapq.heappush
         pop = heapq.heappop
         coll_info, coll_cache = self.coll_info, self._coll_cache
@@ -389,7 +391,12 @@ class Engine:
             end = ends[r][i] = arrived if arrived > posted else posted
             if arrived >= posted:
                 cause[r][i] = sr * stride + si
-            push(events, (end, next(counter), r, i))
+            bucket = ending.get(end)
+            if bucket is None:
+                ending[end] = [r, i]
+                push(times, end)
+            else:
+                bucket += (r, i)
 
         def issue_collective(r: int, i: int, t: int, node: Node) -> None:
             gkey, needed, size, kind, hops, costs = coll_cache[r].get(node.group) or coll_info(r, node)
@@ -413,11 +420,15 @@ class Engine:
                 del instances[key]
                 end = t + inst[2]
                 how = inst[3]
+                bucket = ending.get(end)
+                if bucket is None:
+                    bucket = ending[end] = []
+                    push(times, end)
                 for r2, i2 in entries:
                     starts[r2][i2] = t
                     ends[r2][i2] = end
                     cause[r2][i2] = how
-                    push(events, (end, next(counter), r2, i2))
+                    bucket += (r2, i2)
 
         def issue_send(r: int, i: int, t: int, node: Node) -> None:
             # The cost depends on the rank's group and peer for the node's and its size only.
@@ -428,7 +439,12 @@ class Engine:
                 cost = costs[cost_key] = send_ns(r, node)
             starts[r][i] = t
             end = ends[r][i] = t + cost
-            push(events, (end, next(counter), r, i))
+            bucket = ending.get(end)
+            if bucket is None:
+                ending[end] = [r, i]
+                push(times, end)
+            else:
+                bucket += (r, i)
             sends, recvs = channel(channel_key(r, node, True))
             if recvs:
                 r2, i2, posted = recvs.popleft()
@@ -500,7 +516,12 @@ class Engine:
                         post_recv(r, i, t, prog.nodes[i])
                     else:
                         end = ends[r][i] = t + prog.durations[i]
-                        push(events, (end, next(counter), r, i))
+                        bucket = ending.get(end)
+                        if bucket is None:
+                            ending[end] = [r, i]
+                            push(times, end)
+                        else:
+                            bucket += (r, i)
             busy_r = busy[r]
             # A node's cause: its last dependency if it became ready just now, else the node
             # that freed its stream.
@@ -521,7 +542,12 @@ class Engine:
                         stretches[-1][1] = end
                     else:
                         stretches.append([t, end])
-                push(events, (end, next(counter), r, i))
+                bucket = ending.get(end)
+                if bucket is None:
+                    ending[end] = [r, i]
+                    push(times, end)
+                else:
+                    bucket += (r, i)
             if comm_q and not busy_r[Q_COMM]:
                 busy_r[Q_COMM] = True
                 i = prog.by_prio[pop(comm_q)]
@@ -567,17 +593,18 @@ class Engine:
         # Every node ending at t is released before any rank issues at t; ranks then issue in
         # position order.
         dirty_flag = [False] * nranks
-        while events:
-            t, _, r, i = pop(events)
-            release(r, i, t)
-            if not events or events[0][0] != t:  # the only end at t (the usual case)
+        while times:
+            t = pop(times)
+            batch = ending.pop(t)
+            if len(batch) == 2:  # the only end at t (the usual case)
+                r, i = batch
+                release(r, i, t)
                 issue(r, t)
                 continue
-            dirty_flag[r] = True
-            dirty = [r]
-            while events and events[0][0] == t:
-                _, _, r, i = pop(events)
-                release(r, i, t)
+            dirty = []
+            for k in range(0, len(batch), 2):
+                r = batch[k]
+                release(r, batch[k + 1], t)
                 if not dirty_flag[r]:
                     dirty_flag[r] = True
                     dirty.append(r)
