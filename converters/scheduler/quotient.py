@@ -27,6 +27,7 @@ representative of its peer's class.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import lt
 from typing import Any
 
 from ..model import ExecutionTrace, NodeKind, Rank
@@ -94,8 +95,12 @@ def find_quotient(trace: ExecutionTrace, ring_size: int | None = None) -> Quotie
     for members in classes_of_ranks:
         rep = members[0]
         comm = [i for i, node in enumerate(rep.nodes) if node.is_comm]
-        groups = {rep.nodes[i].group for i in comm if rep.nodes[i].kind == NodeKind.COLLECTIVE}
-        peers = {_peer_key(rep.nodes[i]) for i in comm if rep.nodes[i].kind != NodeKind.COLLECTIVE}
+        colls = [i for i in comm if rep.nodes[i].kind == NodeKind.COLLECTIVE]
+        p2ps = [i for i in comm if rep.nodes[i].kind != NodeKind.COLLECTIVE]
+        rep_groups = [rep.nodes[i].group for i in colls]
+        rep_peers = [_peer_key(rep.nodes[i]) for i in p2ps]
+        groups = set(rep_groups)
+        peers = set(rep_peers)
         raw_groups.append(sorted(groups, key=_raw_order))
         raw_peers.append(sorted(peers, key=lambda e: tuple(_raw_order(v) for v in e)))
         for rank in members:
@@ -103,7 +108,7 @@ def find_quotient(trace: ExecutionTrace, ring_size: int | None = None) -> Quotie
                 gview[rank.rank] = {x: _real_group(rank, x) for x in groups}
                 pview[rank.rank] = {e: _real_peer(rank, e[1]) for e in peers}
                 continue
-            views = _zip_views(rep, rank, comm)
+            views = _zip_views(rank, colls, rep_groups, p2ps, rep_peers)
             if views is None:
                 return None
             gview[rank.rank], pview[rank.rank] = views
@@ -295,13 +300,13 @@ def _columns(nodes) -> tuple:
     first one (None when the ids are not ascending: such programs only match themselves)."""
     ids = [n.id for n in nodes]
     base = ids[0] if ids else 0
-    ascending = all(a < b for a, b in zip(ids, ids[1:]))
+    ascending = all(map(lt, ids, ids[1:]))
     if not ascending:
         return (id(nodes), None)
     return (
-        tuple(n.duration_ns for n in nodes),
+        tuple([n.duration_ns for n in nodes]),
         tuple([i - base for i in ids]),
-        tuple([int(n.kind) for n in nodes]),
+        tuple([n.kind for n in nodes]),  # NodeKind members compare as their values
         tuple([d - base for n in nodes for d in n.deps]),
         tuple([len(n.deps) for n in nodes]),
         tuple([n.size for n in nodes]),
@@ -310,22 +315,24 @@ def _columns(nodes) -> tuple:
     )
 
 
-def _zip_views(rep: Rank, rank: Rank, comm: list[int]):
+def _zip_views(rank: Rank, colls: list[int], rep_groups: list, p2ps: list[int], rep_peers: list[tuple]):
     """Group and peer views of a rank whose node list only looks like its representative's;
-    None when one value of the representative maps to two values on the rank."""
+    None when one value of the representative maps to two values on the rank.
+
+    `colls` and `p2ps`: the places of the representative's collectives and sends/receives;
+    `rep_groups` and `rep_peers` what it says there. Each distinct pair (the representative's
+    value, the rank's raw value) is looked at once, in the order the pairs first appear."""
+    nodes = rank.nodes
     groups: dict[Any, Any] = {}
+    for raw, mine in dict.fromkeys(zip(rep_groups, [nodes[i].group for i in colls])):
+        gid = _real_group(rank, mine)
+        if groups.setdefault(raw, gid) != gid:
+            return None
     peers: dict[tuple, Any] = {}
-    for i in comm:
-        node, mine = rep.nodes[i], rank.nodes[i]
-        if node.kind == NodeKind.COLLECTIVE:
-            gid = rank.group_of(mine)
-            real = WORLD if gid is None else gid
-            if groups.setdefault(node.group, real) != real:
-                return None
-        else:
-            real = rank.peer_of(mine)
-            if peers.setdefault(_peer_key(node), real) != real:
-                return None
+    for key, mine in dict.fromkeys(zip(rep_peers, [nodes[i].peer for i in p2ps])):
+        real = _real_peer(rank, mine)
+        if peers.setdefault(key, real) != real:
+            return None
     return groups, peers
 
 
