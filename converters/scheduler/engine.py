@@ -212,8 +212,11 @@ class Program:
         dependent with several dependencies (whose cause depends on the order of events at one
         time), else the run stops one node earlier."""
         end = self.linked.find(0, place)
-        if end > place and any(self.ndeps[d] > 1 for d in self.dependents(self.compute_order[end])):
-            end -= 1
+        if end > place:
+            j = self.compute_order[end]
+            k = self.next_of[j]
+            if (self.ndeps[k] > 1) if k >= 0 else (k == SEVERAL and any(self.ndeps[d] > 1 for d in self.more[j])):
+                end -= 1
         return end
 
     def roots(self) -> list[int]:

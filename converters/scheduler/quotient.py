@@ -268,31 +268,47 @@ def _classes(ranks: list[Rank]) -> list[list[Rank]]:
 
 def _merge_equal_programs(lists: list[list[Rank]]) -> list[list[Rank]]:
     """Merge the rank lists whose node lists are equal in timing (`_columns`). Lists are first
-    bucketed by length and durations, which separates every-rank-distinct programs (measured
-    logs) without building their other columns."""
-    by_durations: dict[tuple, list[list[Rank]]] = {}
+    bucketed by length and the durations of their first nodes, then of all nodes, which
+    separates every-rank-distinct programs (measured logs) without building their other
+    columns, and mostly without reading every node."""
+    merged: list[list[Rank]] = []
+    by_head: dict[tuple, list[list[Rank]]] = {}
     for members in lists:
         nodes = members[0].nodes
-        by_durations.setdefault((len(nodes), tuple([n.duration_ns for n in nodes])), []).append(members)
-    merged: list[list[Rank]] = []
-    for candidates in by_durations.values():
-        if len(candidates) == 1:
-            merged.extend(candidates)
+        by_head.setdefault((len(nodes), tuple([n.duration_ns for n in nodes[:_HEAD]])), []).append(members)
+    for alike in by_head.values():
+        if len(alike) == 1:
+            merged.extend(alike)
             continue
-        buckets: dict[tuple, list[tuple[tuple, list[Rank]]]] = {}
-        for members in candidates:
-            nodes = members[0].nodes
-            columns = _columns(nodes)
-            # Only ints and None go into the key: their hashes do not change between runs.
-            key = (len(nodes), hash(columns[0]))
-            for target_columns, target in buckets.setdefault(key, []):
-                if target_columns == columns:
-                    target.extend(members)
-                    break
+        by_durations: dict[tuple, list[list[Rank]]] = {}
+        for members in alike:
+            by_durations.setdefault(tuple([n.duration_ns for n in members[0].nodes]), []).append(members)
+        for candidates in by_durations.values():
+            if len(candidates) == 1:
+                merged.extend(candidates)
             else:
-                buckets[key].append((columns, members))
-                merged.append(members)
+                _merge_equal_columns(candidates, merged)
     return merged
+
+
+_HEAD = 32  # nodes whose durations make the first bucket
+
+
+def _merge_equal_columns(candidates: list[list[Rank]], merged: list[list[Rank]]) -> None:
+    """Append to `merged` the candidates (equal in durations) merged by equal columns."""
+    buckets: dict[tuple, list[tuple[tuple, list[Rank]]]] = {}
+    for members in candidates:
+        nodes = members[0].nodes
+        columns = _columns(nodes)
+        # Only ints and None go into the key: their hashes do not change between runs.
+        key = (len(nodes), hash(columns[0]))
+        for target_columns, target in buckets.setdefault(key, []):
+            if target_columns == columns:
+                target.extend(members)
+                break
+        else:
+            buckets[key].append((columns, members))
+            merged.append(members)
 
 
 def _columns(nodes) -> tuple:
