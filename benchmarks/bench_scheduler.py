@@ -3,6 +3,7 @@
     python benchmarks/bench_scheduler.py                 # SimAI sample at 8..1024 ranks + synthetic + stats
     python benchmarks/bench_scheduler.py --every-rank    # also time scheduling every rank (slow)
     python benchmarks/bench_scheduler.py --stats-only    # only `et-convert stats` on the measured Chakra set
+    python benchmarks/bench_scheduler.py --phases --distinct-sizes 1024   # where the synthetic job's time goes
 
 SimAI: `samples/simai_tp8_pp16_1024gpu.txt` with its header rewritten to 8 ranks (TP 8, PP 1),
 64 (TP 8, PP 8), 512 and 1024 (TP 8, PP 16). Ranks of one pipeline stage share one node list,
@@ -111,6 +112,33 @@ def timed(label: str, trace: ExecutionTrace, every_rank: bool, runs: int) -> Non
               f"{nodes / took:>12,.0f} node events/s")
 
 
+def phases(trace: ExecutionTrace, runs: int) -> None:
+    """CPU time of each step of `schedule` on a trace (best of `runs`): the search for
+    representatives, the per-rank tables (`Program`), the event loop, the summary."""
+    from converters.gc_pause import paused_gc
+    from converters.scheduler.quotient import find_quotient
+    from converters.scheduler.summary import summarize
+
+    network = network_for(None)
+    best = [float("inf")] * 4
+    for _ in range(runs):
+        with paused_gc():
+            clock = [time.process_time()]
+            quotient = find_quotient(trace)
+            clock.append(time.process_time())
+            engine = Engine(trace, network, quotient)
+            clock.append(time.process_time())
+            result = engine.run()
+            clock.append(time.process_time())
+            summarize(engine, *result)
+            clock.append(time.process_time())
+            del engine, result
+        best = [min(b, later - earlier) for b, earlier, later in zip(best, clock, clock[1:])]
+    nodes = trace.node_count()
+    print("  " + "  ".join(f"{label} {s * 1e3:6.1f} ms ({s * 1e9 / nodes:4.0f} ns/node)"
+                           for label, s in zip(("quotient", "tables", "loop", "summary"), best)))
+
+
 def measured_chakra_set(work: Path) -> Path:
     """The Chakra set of the 16 per-rank Megatron logs, made once under `work`."""
     folder = work / "set46_chakra"
@@ -150,8 +178,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="best of this many runs")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work", help="where the stats set is kept")
     parser.add_argument("--stats-only", action="store_true", help="only time stats on the measured Chakra set")
+    parser.add_argument("--phases", action="store_true", help="only the synthetic job, each step of the scheduler timed")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.phases:
+        for ranks in (int(s) for s in args.distinct_sizes.split(",")):
+            trace = synthetic(ranks)
+            gc.collect()
+            timed("synthetic (distinct)", trace, False, args.runs)
+            phases(trace, args.runs)
+            del trace
+        return
     bench_stats(args.work, args.runs)
     if not args.stats_only:
         sizes = [int(s) for s in args.sizes.split(",")]
