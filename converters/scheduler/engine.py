@@ -27,7 +27,12 @@ are bound to behave alike, the loop runs only one representative per role (quoti
 Speed: a run of compute nodes, each the only dependent of the one before, is set in one step
 once its first node starts ahead of every other compute node of its rank (Program._find_runs):
 one event per run instead of one per node, the same starts, ends and causes to the nanosecond
-(`Engine(..., runs=False)` gives the node-by-node loop the tests compare with).
+(`Engine(..., runs=False)` gives the node-by-node loop the tests compare with). A program's
+tables avoid a Python object per node where they can (types, queues and run links are bytes;
+`next_of` holds a node's only dependent), and the ends to come are a heap of distinct times
+with a bucket of nodes per time (ints compare faster than tuples; the members of a collective
+end together under one entry). tests/test_scheduler_tables.py checks each form against the
+plain per-node rule.
 
 For every node the loop also records its *cause*, the node whose end let it start (its last
 dependency, the previous node on its stream, the last member to issue a collective, or the
@@ -83,7 +88,9 @@ IS_COLL_OR_SEND = _table(lambda t: t in (T_COLL, T_SEND))  # T_* -> 1 for nodes 
 def indices(types: bytes, table: bytes) -> list[int]:
     """Positions whose type the table maps to 1."""
     return list(compress(range(len(types)), types.translate(table)))
-_DONE_BYTES = bytes([S_DONE]) * 256
+
+
+_DONE_BYTES = bytes([S_DONE]) * 256  # slices of it mark a run's nodes done
 
 NO_CAUSE = -1
 NO_DEPENDENT, SEVERAL = -1, -2  # Program.next_of
@@ -161,14 +168,7 @@ class Program:
                     ndeps[i] += 1  # can never be satisfied
                 elif j not in seen:
                     seen.add(j)
-                    k = next_of[j]
-                    if k == NO_DEPENDENT:
-                        next_of[j] = i
-                    else:
-                        if k >= 0:
-                            more[j] = [k]
-                            next_of[j] = SEVERAL
-                        more[j].append(i)
+                    _add_dependent(next_of, more, j, i)
                     ndeps[i] += 1
         self.next_of = next_of
         self.more = more
@@ -231,6 +231,19 @@ class Program:
         """Indices of the nodes that depend on node j, ascending."""
         k = self.next_of[j]
         return [k] if k >= 0 else self.more.get(j, [])
+
+
+def _add_dependent(next_of: list[int], more: dict[int, list[int]], j: int, i: int) -> None:
+    """Record that node i depends on node j (the loop in Program.__init__ does the same inline
+    for nodes of one dependency)."""
+    k = next_of[j]
+    if k == NO_DEPENDENT:
+        next_of[j] = i
+    else:
+        if k >= 0:
+            more[j] = [k]
+            next_of[j] = SEVERAL
+        more[j].append(i)
 
 
 def _types_of(nodes: list[Node]) -> bytes:
