@@ -208,21 +208,22 @@ def read_rank(path: Path, rank_id: int, data: bytes, decoder: "NodeDecoder") -> 
             rank.wire_metadata = decoder.metadata(data[start:end], path, offset)
             break
         nodes_at = end
-        section = data[nodes_at:]
-        fields = PER_RANK_FIELD.split(section)
-        if decoder.share_by_template(rank, fields):
-            return rank
-        recipe, known = decoder.recipe, decoder.recipes.get  # a message seen before costs a lookup
-        recipes, starts = [], []
-        for offset, start, end in messages:
-            body = data[start:end]
-            recipes.append(known(body) or recipe(body, path, offset))
-            starts.append(start - nodes_at)
+        fields = None
+        if not decoder.starts_measured(data, nodes_at):
+            fields = PER_RANK_FIELD.split(data[nodes_at:])
+            if decoder.share_by_template(rank, fields):
+                return rank
+        nodes, recipes, starts = decoder.read_nodes(data, messages, nodes_at, path)
     except FramingError as e:
         raise InputError(f"{path}: byte {e.offset}", e.message) from None
+    if nodes is not None:
+        rank.nodes = nodes  # measured times: no other rank can share this list, nor can it be a template
+        return rank
     if not decoder.share(rank, recipes):
         build = decoder.build
         rank.nodes = [build(r) for r in recipes]
+    if fields is None:
+        fields = PER_RANK_FIELD.split(data[nodes_at:])
     decoder.learn_template(rank, recipes, starts, fields)
     return rank
 
@@ -288,6 +289,7 @@ class NodeDecoder:
         # message bytes -> (Node positional arguments, deps, ctrl_deps, shape id or None,
         # per-rank values, per-rank fields (start, end, role) or None)
         self.recipes: dict[bytes, tuple] = {}
+        self.measured: dict[bytes, tuple] = {}  # message bytes with a start time -> measured_values
         self.attrs: dict[tuple[int, bytes], tuple] = {}  # (node type, attribute bytes) -> attr_info
         self.tails: dict[tuple[int, bytes], tuple | None] = {}  # (node type, message tail) -> tail_of
         self.dependencies: dict[bytes, tuple[int, ...]] = {}  # a packed dependency list's bytes -> its ids
@@ -396,6 +398,80 @@ class NodeDecoder:
 
     # -- message by message ----------------------------------------------------------------
 
+    def read_nodes(self, data: bytes, messages, nodes_at: int, path: Path) -> tuple[list[Node] | None, list, list]:
+        """(nodes, recipes, starts) of a file's Node messages (`messages`: the frames after the metadata).
+
+        A message with a measured start time keeps its rank on a list of its own (share() and
+        learn_template() would refuse it), so it becomes a Node at once (measured_node) and
+        `nodes` is the file's node list; any other message gives a recipe (built later, unless
+        the rank shares). `nodes` is None when no message was measured: `recipes` (and their
+        `starts`, relative to `nodes_at`) then hold every message.
+        """
+        known, recipe, measured_node = self.recipes.get, self.recipe, self.measured_node
+        nodes, recipes, starts, later = [], [], [], []
+        for offset, start, end in messages:
+            body = data[start:end]
+            found = known(body)
+            if found is None:
+                node = measured_node(body)
+                if node is not None:
+                    nodes.append(node)
+                    continue
+                found = recipe(body, path, offset)
+            later.append(len(nodes))
+            nodes.append(None)
+            recipes.append(found)
+            starts.append(start - nodes_at)
+        if len(recipes) == len(nodes):
+            return None, recipes, starts
+        build = self.build
+        for index, found in zip(later, recipes):
+            nodes[index] = build(found)
+        return nodes, recipes, starts
+
+    def starts_measured(self, data: bytes, nodes_at: int) -> bool:
+        """Whether one of the first node messages has a measured start time in a head read by
+        hand: such a file matches no template (a template's heads carry no start time, and the
+        pieces that must equal the template's hold every head), so it need not be split."""
+        pos, size = nodes_at, len(data)
+        for _ in range(3):
+            if pos >= size or data[pos] >= 0x80:
+                return False  # the end, or a long message: let the general path look
+            end = pos + 1 + data[pos]
+            if end > size:
+                return False
+            head = node_head(data[pos + 1:end], self.dependencies)
+            if head is not None and head[5]:
+                return True
+            pos = end
+        return False
+
+    def measured_node(self, body: bytes) -> Node | None:
+        """The Node of a message with a measured start time that recipe_by_head reads (what build()
+        would make of its recipe); None for any other message. Repeated messages cost a lookup."""
+        values = self.measured.get(body)
+        if values is None:
+            values = self.measured_values(body)
+            if values is None:
+                return None
+            self.measured[body] = values
+        (node_id, name, kind, duration_ns, deps, ctrl_deps, coll, size, group, peer, tag, start_ns,
+         stream, parent, microbatch, source, attrs, inputs, outputs) = values
+        return Node(node_id, name, kind, duration_ns, [*deps], [*ctrl_deps], coll, size, group, peer, tag, start_ns,
+                    stream, parent, microbatch, source, {}, attrs, inputs, outputs)
+
+    def measured_values(self, body: bytes) -> tuple | None:
+        """Node's positional values but `args` for measured_node (deps as tuples); None when the
+        message has no start time or recipe_by_head would not read it."""
+        found = self.head_and_tail(body)
+        if found is None or not found[0][5]:
+            return None
+        (node_id, name, node_type, ctrl_deps, data_deps, start, _), kind, tail = found
+        between, after = tail[3], tail[4]
+        return (node_id, name, kind, between[0], data_deps, ctrl_deps, *between[3:], start * 1000,
+                *after[:_ARGS_AFTER_START], *after[_ARGS_AFTER_START + 1:])
+
+
     def recipe(self, body: bytes, path: Path, offset: int) -> tuple:
         known = self.recipes.get(body)
         if known is None:
@@ -413,25 +489,33 @@ class NodeDecoder:
         """The recipe of a message protobuf would write exactly so, from its head (read by hand)
         and its tail (decoded once per distinct tail); None when either is unusual or the node
         has an error to report (recipe_by_protobuf then decodes it and says what is wrong)."""
-        head = node_head(body, self.dependencies)
-        if head is None:
+        found = self.head_and_tail(body)
+        if found is None:
             return None
-        node_id, name, node_type, ctrl_deps, data_deps, start, at = head
-        kind = NODE_KINDS.get(node_type)
-        if kind is None:
-            return None
-        key = (node_type, body[at:])
-        tail = self.tails.get(key, False)
-        if tail is False:
-            tail = self.tails[key] = self.tail_of(node_type, kind, key[1])
-        if tail is None:
-            return None
+        (node_id, name, node_type, ctrl_deps, data_deps, start, _), kind, tail = found
         duration, fields, infos, between, after = tail
         values = (node_id, name, kind, *between, start * 1000 if start else None, *after)
         identity = (node_id, name, node_type, duration)
         shape, per_rank = self.shape_of(start, identity, fields, data_deps, ctrl_deps, infos)
         spans = per_rank_fields(body, infos) if shape is not None else None
         return values, data_deps, ctrl_deps, shape, per_rank, spans
+
+    def head_and_tail(self, body: bytes) -> tuple | None:
+        """(node_head's head, kind, tail_of's tail) of a message; None when either is unusual."""
+        head = node_head(body, self.dependencies)
+        if head is None:
+            return None
+        node_type = head[2]
+        kind = NODE_KINDS.get(node_type)
+        if kind is None:
+            return None
+        key = (node_type, body[head[6]:])
+        tail = self.tails.get(key, False)
+        if tail is False:
+            tail = self.tails[key] = self.tail_of(node_type, kind, key[1])
+        if tail is None:
+            return None
+        return head, kind, tail
 
     def tail_of(self, node_type: int, kind: NodeKind, tail: bytes) -> tuple | None:
         """What a head's tail gives its nodes: (duration_micros, the Node fields it sets, attribute
@@ -572,6 +656,12 @@ _MADE_PER_NODE = tuple((f.name, f.default_factory) for f in dataclasses.fields(N
                        if f.default_factory is not dataclasses.MISSING and f.name not in ("deps", "ctrl_deps"))
 assert list(_NODE_DEFAULTS)[:3] == ["id", "name", "kind"]  # a tail's values go between kind and start_ns
 _START_AT = list(_NODE_DEFAULTS).index("start_ns")
+# measured_node passes every Node field by position, `args` (made per node) after `source`.
+assert list(_NODE_DEFAULTS) == [
+    "id", "name", "kind", "duration_ns", "deps", "ctrl_deps", "coll", "size", "group", "peer", "tag", "start_ns",
+    "stream", "parent", "microbatch", "source", "args", "attrs", "inputs", "outputs",
+] and [name for name, _ in _MADE_PER_NODE] == ["args"]
+_ARGS_AFTER_START = list(_NODE_DEFAULTS).index("args") - _START_AT - 1
 
 
 def node_values(fields: dict) -> tuple:
