@@ -25,11 +25,16 @@ _FIELDS = ("finish_ns", "compute_ns", "exposed_comm_ns", "idle_ns")
 
 def run(inputs: list[Path], from_: str, options: Options, diagnostics: Diagnostics, as_json: bool = False) -> int:
     from .api import read
+    from .gc_pause import paused_gc
     from .timeline import timeline_for
 
-    trace = read(inputs, from_, options, diagnostics)
-    timeline = timeline_for(trace, options)
-    stats = stats_of(trace, timeline)
+    # Everything made from here on (the trace, its schedule) stays alive until the numbers are
+    # printed and forms no garbage worth collecting: the cyclic GC would only rescan the nodes
+    # (about 0.15 s on benchmark 7's Chakra set).
+    with paused_gc():
+        trace = read(inputs, from_, options, diagnostics)
+        timeline = timeline_for(trace, options)
+        stats = stats_of(trace, timeline)
     if as_json:
         sys.stdout.write(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
