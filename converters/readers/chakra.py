@@ -290,6 +290,7 @@ class NodeDecoder:
         # per-rank values, per-rank fields (start, end, role) or None)
         self.recipes: dict[bytes, tuple] = {}
         self.measured: dict[bytes, tuple] = {}  # message bytes with a start time -> measured_values
+        self.measured_tails: dict[tuple[int, bytes], tuple | None] = {}  # (node type, message tail) -> measured_tail
         self.attrs: dict[tuple[int, bytes], tuple] = {}  # (node type, attribute bytes) -> attr_info
         self.tails: dict[tuple[int, bytes], tuple | None] = {}  # (node type, message tail) -> tail_of
         self.dependencies: dict[bytes, tuple[int, ...]] = {}  # a packed dependency list's bytes -> its ids
@@ -402,26 +403,37 @@ class NodeDecoder:
         """(nodes, recipes, starts) of a file's Node messages (`messages`: the frames after the metadata).
 
         A message with a measured start time keeps its rank on a list of its own (share() and
-        learn_template() would refuse it), so it becomes a Node at once (measured_node) and
+        learn_template() would refuse it), so it becomes a Node at once (measured_values) and
         `nodes` is the file's node list; any other message gives a recipe (built later, unless
         the rank shares). `nodes` is None when no message was measured: `recipes` (and their
         `starts`, relative to `nodes_at`) then hold every message.
         """
-        known, recipe, measured_node = self.recipes.get, self.recipe, self.measured_node
+        known, recipe, measured_values = self.recipes.get, self.recipe, self.measured_values
+        measured = self.measured
         nodes, recipes, starts, later = [], [], [], []
+        add_node = nodes.append
         for offset, start, end in messages:
             body = data[start:end]
-            found = known(body)
-            if found is None:
-                node = measured_node(body)
-                if node is not None:
-                    nodes.append(node)
+            values = measured.get(body)  # a measured message seen before (on another rank) costs a lookup
+            if values is None:
+                found = known(body)
+                if found is None:
+                    values = measured_values(body)
+                    if values is None:
+                        found = recipe(body, path, offset)
+                    else:
+                        measured[body] = values
+                if values is None:
+                    later.append(len(nodes))
+                    add_node(None)
+                    recipes.append(found)
+                    starts.append(start - nodes_at)
                     continue
-                found = recipe(body, path, offset)
-            later.append(len(nodes))
-            nodes.append(None)
-            recipes.append(found)
-            starts.append(start - nodes_at)
+            # Every field by position, fresh dependency lists and args: what build() gives the recipe.
+            (node_id, name, kind, duration_ns, deps, ctrl_deps, coll, size, group, peer, tag, start_ns,
+             stream, parent, microbatch, source, attrs, inputs, outputs) = values
+            add_node(Node(node_id, name, kind, duration_ns, [*deps], [*ctrl_deps], coll, size, group, peer, tag,
+                          start_ns, stream, parent, microbatch, source, {}, attrs, inputs, outputs))
         if len(recipes) == len(nodes):
             return None, recipes, starts
         build = self.build
@@ -446,31 +458,36 @@ class NodeDecoder:
             pos = end
         return False
 
-    def measured_node(self, body: bytes) -> Node | None:
-        """The Node of a message with a measured start time that recipe_by_head reads (what build()
-        would make of its recipe); None for any other message. Repeated messages cost a lookup."""
-        values = self.measured.get(body)
-        if values is None:
-            values = self.measured_values(body)
-            if values is None:
-                return None
-            self.measured[body] = values
-        (node_id, name, kind, duration_ns, deps, ctrl_deps, coll, size, group, peer, tag, start_ns,
-         stream, parent, microbatch, source, attrs, inputs, outputs) = values
-        return Node(node_id, name, kind, duration_ns, [*deps], [*ctrl_deps], coll, size, group, peer, tag, start_ns,
-                    stream, parent, microbatch, source, {}, attrs, inputs, outputs)
-
     def measured_values(self, body: bytes) -> tuple | None:
-        """Node's positional values but `args` for measured_node (deps as tuples); None when the
-        message has no start time or recipe_by_head would not read it."""
-        found = self.head_and_tail(body)
-        if found is None or not found[0][5]:
+        """Node's positional values but `args` (deps as tuples) of a message with a measured start
+        time that recipe_by_head reads; None for any other message."""
+        head = node_head(body, self.dependencies)
+        if head is None or not head[5]:
             return None
-        (node_id, name, node_type, ctrl_deps, data_deps, start, _), kind, tail = found
-        between, after = tail[3], tail[4]
-        return (node_id, name, kind, between[0], data_deps, ctrl_deps, *between[3:], start * 1000,
-                *after[:_ARGS_AFTER_START], *after[_ARGS_AFTER_START + 1:])
+        node_id, name, node_type, ctrl_deps, data_deps, start, at = head
+        key = (node_type, body[at:])
+        tail = self.measured_tails.get(key, False)
+        if tail is False:
+            tail = self.measured_tails[key] = self.measured_tail(node_type, key[1])
+        if tail is None:
+            return None
+        kind, duration_ns, between, after = tail
+        return (node_id, name, kind, duration_ns, data_deps, ctrl_deps, *between, start * 1000, *after)
 
+    def measured_tail(self, node_type: int, body_tail: bytes) -> tuple | None:
+        """(kind, duration_ns, Node values between ctrl_deps and start_ns, after start_ns but `args`)
+        of a tail as tail_of reads it; None when recipe_by_head would not read the message."""
+        kind = NODE_KINDS.get(node_type)
+        if kind is None:
+            return None
+        key = (node_type, body_tail)
+        tail = self.tails.get(key, False)
+        if tail is False:
+            tail = self.tails[key] = self.tail_of(node_type, kind, body_tail)
+        if tail is None:
+            return None
+        between, after = tail[3], tail[4]
+        return kind, between[0], between[3:], after[:_ARGS_AFTER_START] + after[_ARGS_AFTER_START + 1:]
 
     def recipe(self, body: bytes, path: Path, offset: int) -> tuple:
         known = self.recipes.get(body)
@@ -656,7 +673,7 @@ _MADE_PER_NODE = tuple((f.name, f.default_factory) for f in dataclasses.fields(N
                        if f.default_factory is not dataclasses.MISSING and f.name not in ("deps", "ctrl_deps"))
 assert list(_NODE_DEFAULTS)[:3] == ["id", "name", "kind"]  # a tail's values go between kind and start_ns
 _START_AT = list(_NODE_DEFAULTS).index("start_ns")
-# measured_node passes every Node field by position, `args` (made per node) after `source`.
+# read_nodes passes every Node field by position, `args` (made per node) after `source`.
 assert list(_NODE_DEFAULTS) == [
     "id", "name", "kind", "duration_ns", "deps", "ctrl_deps", "coll", "size", "group", "peer", "tag", "start_ns",
     "stream", "parent", "microbatch", "source", "args", "attrs", "inputs", "outputs",
