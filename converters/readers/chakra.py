@@ -284,6 +284,9 @@ class NodeDecoder:
     """
 
     MAX_TRIES = 4  # representatives with the same graph tried before a rank gets its own list
+    # read_nodes stops looking for measured messages (a head read twice) after this many
+    # shareable ones in a row, until one that is not
+    PLAIN_RUN = 8
 
     def __init__(self):
         # message bytes -> (Node positional arguments, deps, ctrl_deps, shape id or None,
@@ -405,25 +408,28 @@ class NodeDecoder:
         A message with a measured start time keeps its rank on a list of its own (share() and
         learn_template() would refuse it), so it becomes a Node at once (measured_values) and
         `nodes` is the file's node list; any other message gives a recipe (built later, unless
-        the rank shares). `nodes` is None when no message was measured: `recipes` (and their
+        the rank shares). Which of the two routes a measured message takes changes no node. `nodes` is None when no message was measured: `recipes` (and their
         `starts`, relative to `nodes_at`) then hold every message.
         """
         known, recipe, measured_values = self.recipes.get, self.recipe, self.measured_values
         measured = self.measured
         nodes, recipes, starts, later = [], [], [], []
         add_node = nodes.append
+        plain = 0  # shareable messages in a row: after a few, the file is taken as unmeasured
         for offset, start, end in messages:
             body = data[start:end]
             values = measured.get(body)  # a measured message seen before (on another rank) costs a lookup
             if values is None:
                 found = known(body)
                 if found is None:
-                    values = measured_values(body)
+                    if plain < self.PLAIN_RUN:
+                        values = measured_values(body)
                     if values is None:
                         found = recipe(body, path, offset)
                     else:
                         measured[body] = values
                 if values is None:
+                    plain = plain + 1 if found[3] is not None else 0
                     later.append(len(nodes))
                     add_node(None)
                     recipes.append(found)
