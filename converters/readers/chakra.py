@@ -406,46 +406,44 @@ class NodeDecoder:
         """(nodes, recipes, starts) of a file's Node messages (`messages`: the frames after the metadata).
 
         A message with a measured start time keeps its rank on a list of its own (share() and
-        learn_template() would refuse it), so it becomes a Node at once (measured_values) and
-        `nodes` is the file's node list; any other message gives a recipe (built later, unless
-        the rank shares). Which of the two routes a measured message takes changes no node. `nodes` is None when no message was measured: `recipes` (and their
-        `starts`, relative to `nodes_at`) then hold every message.
+        learn_template() would refuse it), so it becomes a Node at once (measured_values), and
+        `nodes` is the file's node list (recipes and starts are then not needed). `nodes` is
+        None when no message took that route: `recipes` (and their `starts`, relative to
+        `nodes_at`) then hold every message, to be shared or built. Which of the two routes a
+        measured message takes changes no node.
         """
-        known, recipe, measured_values = self.recipes.get, self.recipe, self.measured_values
-        measured = self.measured
-        nodes, recipes, starts, later = [], [], [], []
-        add_node = nodes.append
-        plain = 0  # shareable messages in a row: after a few, the file is taken as unmeasured
+        known, recipe, measured_values, measured = self.recipes.get, self.recipe, self.measured_values, self.measured
+        items, starts = [], []  # recipes, and Nodes made at once
+        add = items.append
+        made = 0
+        plain, plain_run = 0, self.PLAIN_RUN  # shareable messages in a row: after a few, the file is taken as unmeasured
         for offset, start, end in messages:
             body = data[start:end]
-            values = measured.get(body)  # a measured message seen before (on another rank) costs a lookup
+            # a measured message seen before (on another rank) costs a lookup
+            values = measured.get(body) if plain < plain_run else None
             if values is None:
                 found = known(body)
-                if found is None:
-                    if plain < self.PLAIN_RUN:
-                        values = measured_values(body)
-                    if values is None:
-                        found = recipe(body, path, offset)
-                    else:
+                if found is None and plain < plain_run:
+                    values = measured_values(body)
+                    if values is not None:
                         measured[body] = values
                 if values is None:
+                    if found is None:
+                        found = recipe(body, path, offset)
                     plain = plain + 1 if found[3] is not None else 0
-                    later.append(len(nodes))
-                    add_node(None)
-                    recipes.append(found)
+                    add(found)
                     starts.append(start - nodes_at)
                     continue
             # Every field by position, fresh dependency lists and args: what build() gives the recipe.
             (node_id, name, kind, duration_ns, deps, ctrl_deps, coll, size, group, peer, tag, start_ns,
              stream, parent, microbatch, source, attrs, inputs, outputs) = values
-            add_node(Node(node_id, name, kind, duration_ns, [*deps], [*ctrl_deps], coll, size, group, peer, tag,
-                          start_ns, stream, parent, microbatch, source, {}, attrs, inputs, outputs))
-        if len(recipes) == len(nodes):
-            return None, recipes, starts
+            add(Node(node_id, name, kind, duration_ns, [*deps], [*ctrl_deps], coll, size, group, peer, tag,
+                     start_ns, stream, parent, microbatch, source, {}, attrs, inputs, outputs))
+            made += 1
+        if not made:
+            return None, items, starts
         build = self.build
-        for index, found in zip(later, recipes):
-            nodes[index] = build(found)
-        return nodes, recipes, starts
+        return [item if type(item) is Node else build(item) for item in items], [], []
 
     def starts_measured(self, data: bytes, nodes_at: int) -> bool:
         """Whether one of the first node messages has a measured start time in a head read by
