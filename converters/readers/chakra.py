@@ -16,7 +16,10 @@ per-rank fields are read. Files are read in the order given (the representative 
 list is the first of its ranks in that order), each with one read. Where every rank differs
 (measured times), each message is read by hand up to its start time and its tail (duration,
 IOInfo, attributes) is decoded by protobuf once per distinct tail (NodeDecoder.recipe_by_head);
-a message protobuf would not write byte for byte goes through protobuf whole.
+a message protobuf would not write byte for byte goes through protobuf whole. A message with a
+start time can never be shared, so its Node is made at once from its head and its tail's ready
+values (NodeDecoder.read_nodes), and a file whose first nodes have start times is not split at
+its per-rank fields (no template can match it).
 """
 
 from __future__ import annotations
