@@ -11,6 +11,7 @@ is only as good as that gap says, so the two are printed side by side.
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,26 @@ _FIELDS = ("finish_ns", "compute_ns", "exposed_comm_ns", "idle_ns")
 
 def run(inputs: list[Path], from_: str, options: Options, diagnostics: Diagnostics, as_json: bool = False) -> int:
     from .api import read
+    from .gc_pause import paused_gc
     from .timeline import timeline_for
 
-    trace = read(inputs, from_, options, diagnostics)
-    timeline = timeline_for(trace, options)
-    stats = stats_of(trace, timeline)
-    if as_json:
-        sys.stdout.write(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(render(stats))
+    # Everything made here (the trace, its schedule) stays alive until the numbers are printed
+    # and forms no garbage worth collecting: with the cyclic GC on, it would rescan the nodes
+    # again and again, and its first pass after the pause would scan them all once more, unless
+    # they wait in its permanent generation (gc.freeze). Together 0.4 s of CPU on benchmark 7's
+    # Chakra set (2.0 s), same peak RSS.
+    with paused_gc():
+        trace = read(inputs, from_, options, diagnostics)
+        timeline = timeline_for(trace, options)
+        stats = stats_of(trace, timeline)
+        gc.freeze()
+    try:
+        if as_json:
+            sys.stdout.write(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode() + "\n")
+        else:
+            sys.stdout.write(render(stats))
+    finally:
+        gc.unfreeze()  # in a longer-lived process (tests), cycles among them stay collectable
     return 0
 
 

@@ -16,7 +16,10 @@ per-rank fields are read. Files are read in the order given (the representative 
 list is the first of its ranks in that order), each with one read. Where every rank differs
 (measured times), each message is read by hand up to its start time and its tail (duration,
 IOInfo, attributes) is decoded by protobuf once per distinct tail (NodeDecoder.recipe_by_head);
-a message protobuf would not write byte for byte goes through protobuf whole.
+a message protobuf would not write byte for byte goes through protobuf whole. A message with a
+start time can never be shared, so its Node is made at once from its head and its tail's ready
+values (NodeDecoder.read_nodes), and a file whose first nodes have start times is not split at
+its per-rank fields (no template can match it).
 """
 
 from __future__ import annotations
@@ -208,21 +211,22 @@ def read_rank(path: Path, rank_id: int, data: bytes, decoder: "NodeDecoder") -> 
             rank.wire_metadata = decoder.metadata(data[start:end], path, offset)
             break
         nodes_at = end
-        section = data[nodes_at:]
-        fields = PER_RANK_FIELD.split(section)
-        if decoder.share_by_template(rank, fields):
-            return rank
-        recipe, known = decoder.recipe, decoder.recipes.get  # a message seen before costs a lookup
-        recipes, starts = [], []
-        for offset, start, end in messages:
-            body = data[start:end]
-            recipes.append(known(body) or recipe(body, path, offset))
-            starts.append(start - nodes_at)
+        fields = None
+        if not decoder.starts_measured(data, nodes_at):
+            fields = PER_RANK_FIELD.split(data[nodes_at:])
+            if decoder.share_by_template(rank, fields):
+                return rank
+        nodes, recipes, starts = decoder.read_nodes(data, messages, nodes_at, path)
     except FramingError as e:
         raise InputError(f"{path}: byte {e.offset}", e.message) from None
+    if nodes is not None:
+        rank.nodes = nodes  # measured times: no other rank can share this list, nor can it be a template
+        return rank
     if not decoder.share(rank, recipes):
         build = decoder.build
         rank.nodes = [build(r) for r in recipes]
+    if fields is None:
+        fields = PER_RANK_FIELD.split(data[nodes_at:])
     decoder.learn_template(rank, recipes, starts, fields)
     return rank
 
@@ -283,11 +287,16 @@ class NodeDecoder:
     """
 
     MAX_TRIES = 4  # representatives with the same graph tried before a rank gets its own list
+    # read_nodes stops looking for measured messages (a head read twice) after this many
+    # shareable ones in a row, until one that is not
+    PLAIN_RUN = 8
 
     def __init__(self):
         # message bytes -> (Node positional arguments, deps, ctrl_deps, shape id or None,
         # per-rank values, per-rank fields (start, end, role) or None)
         self.recipes: dict[bytes, tuple] = {}
+        self.measured: dict[bytes, tuple] = {}  # message bytes with a start time -> measured_values
+        self.measured_tails: dict[tuple[int, bytes], tuple | None] = {}  # (node type, message tail) -> measured_tail
         self.attrs: dict[tuple[int, bytes], tuple] = {}  # (node type, attribute bytes) -> attr_info
         self.tails: dict[tuple[int, bytes], tuple | None] = {}  # (node type, message tail) -> tail_of
         self.dependencies: dict[bytes, tuple[int, ...]] = {}  # a packed dependency list's bytes -> its ids
@@ -396,6 +405,97 @@ class NodeDecoder:
 
     # -- message by message ----------------------------------------------------------------
 
+    def read_nodes(self, data: bytes, messages, nodes_at: int, path: Path) -> tuple[list[Node] | None, list, list]:
+        """(nodes, recipes, starts) of a file's Node messages (`messages`: the frames after the metadata).
+
+        A message with a measured start time keeps its rank on a list of its own (share() and
+        learn_template() would refuse it), so it becomes a Node at once (measured_values), and
+        `nodes` is the file's node list (recipes and starts are then not needed). `nodes` is
+        None when no message took that route: `recipes` (and their `starts`, relative to
+        `nodes_at`) then hold every message, to be shared or built. Which of the two routes a
+        measured message takes changes no node.
+        """
+        known, recipe, measured_values, measured = self.recipes.get, self.recipe, self.measured_values, self.measured
+        items, starts = [], []  # recipes, and Nodes made at once
+        add = items.append
+        made = 0
+        plain, plain_run = 0, self.PLAIN_RUN  # shareable messages in a row: after a few, the file is taken as unmeasured
+        for offset, start, end in messages:
+            body = data[start:end]
+            # a measured message seen before (on another rank) costs a lookup
+            values = measured.get(body) if plain < plain_run else None
+            if values is None:
+                found = known(body)
+                if found is None and plain < plain_run:
+                    values = measured_values(body)
+                    if values is not None:
+                        measured[body] = values
+                if values is None:
+                    if found is None:
+                        found = recipe(body, path, offset)
+                    plain = plain + 1 if found[3] is not None else 0
+                    add(found)
+                    starts.append(start - nodes_at)
+                    continue
+            # Every field by position, fresh dependency lists and args: what build() gives the recipe.
+            (node_id, name, kind, duration_ns, deps, ctrl_deps, coll, size, group, peer, tag, start_ns,
+             stream, parent, microbatch, source, attrs, inputs, outputs) = values
+            add(Node(node_id, name, kind, duration_ns, [*deps], [*ctrl_deps], coll, size, group, peer, tag,
+                     start_ns, stream, parent, microbatch, source, {}, attrs, inputs, outputs))
+            made += 1
+        if not made:
+            return None, items, starts
+        build = self.build
+        return [item if type(item) is Node else build(item) for item in items], [], []
+
+    def starts_measured(self, data: bytes, nodes_at: int) -> bool:
+        """Whether one of the first node messages has a measured start time in a head read by
+        hand: such a file matches no template (a template's heads carry no start time, and the
+        pieces that must equal the template's hold every head), so it need not be split."""
+        pos, size = nodes_at, len(data)
+        for _ in range(3):
+            if pos >= size or data[pos] >= 0x80:
+                return False  # the end, or a long message: let the general path look
+            end = pos + 1 + data[pos]
+            if end > size:
+                return False
+            head = node_head(data[pos + 1:end], self.dependencies)
+            if head is not None and head[5]:
+                return True
+            pos = end
+        return False
+
+    def measured_values(self, body: bytes) -> tuple | None:
+        """Node's positional values but `args` (deps as tuples) of a message with a measured start
+        time that recipe_by_head reads; None for any other message."""
+        head = node_head(body, self.dependencies)
+        if head is None or not head[5]:
+            return None
+        node_id, name, node_type, ctrl_deps, data_deps, start, at = head
+        key = (node_type, body[at:])
+        tail = self.measured_tails.get(key, False)
+        if tail is False:
+            tail = self.measured_tails[key] = self.measured_tail(node_type, key[1])
+        if tail is None:
+            return None
+        kind, duration_ns, between, after = tail
+        return (node_id, name, kind, duration_ns, data_deps, ctrl_deps, *between, start * 1000, *after)
+
+    def measured_tail(self, node_type: int, body_tail: bytes) -> tuple | None:
+        """(kind, duration_ns, Node values between ctrl_deps and start_ns, after start_ns but `args`)
+        of a tail as tail_of reads it; None when recipe_by_head would not read the message."""
+        kind = NODE_KINDS.get(node_type)
+        if kind is None:
+            return None
+        key = (node_type, body_tail)
+        tail = self.tails.get(key, False)
+        if tail is False:
+            tail = self.tails[key] = self.tail_of(node_type, kind, body_tail)
+        if tail is None:
+            return None
+        between, after = tail[3], tail[4]
+        return kind, between[0], between[3:], after[:_ARGS_AFTER_START] + after[_ARGS_AFTER_START + 1:]
+
     def recipe(self, body: bytes, path: Path, offset: int) -> tuple:
         known = self.recipes.get(body)
         if known is None:
@@ -413,25 +513,33 @@ class NodeDecoder:
         """The recipe of a message protobuf would write exactly so, from its head (read by hand)
         and its tail (decoded once per distinct tail); None when either is unusual or the node
         has an error to report (recipe_by_protobuf then decodes it and says what is wrong)."""
-        head = node_head(body, self.dependencies)
-        if head is None:
+        found = self.head_and_tail(body)
+        if found is None:
             return None
-        node_id, name, node_type, ctrl_deps, data_deps, start, at = head
-        kind = NODE_KINDS.get(node_type)
-        if kind is None:
-            return None
-        key = (node_type, body[at:])
-        tail = self.tails.get(key, False)
-        if tail is False:
-            tail = self.tails[key] = self.tail_of(node_type, kind, key[1])
-        if tail is None:
-            return None
+        (node_id, name, node_type, ctrl_deps, data_deps, start, _), kind, tail = found
         duration, fields, infos, between, after = tail
         values = (node_id, name, kind, *between, start * 1000 if start else None, *after)
         identity = (node_id, name, node_type, duration)
         shape, per_rank = self.shape_of(start, identity, fields, data_deps, ctrl_deps, infos)
         spans = per_rank_fields(body, infos) if shape is not None else None
         return values, data_deps, ctrl_deps, shape, per_rank, spans
+
+    def head_and_tail(self, body: bytes) -> tuple | None:
+        """(node_head's head, kind, tail_of's tail) of a message; None when either is unusual."""
+        head = node_head(body, self.dependencies)
+        if head is None:
+            return None
+        node_type = head[2]
+        kind = NODE_KINDS.get(node_type)
+        if kind is None:
+            return None
+        key = (node_type, body[head[6]:])
+        tail = self.tails.get(key, False)
+        if tail is False:
+            tail = self.tails[key] = self.tail_of(node_type, kind, key[1])
+        if tail is None:
+            return None
+        return head, kind, tail
 
     def tail_of(self, node_type: int, kind: NodeKind, tail: bytes) -> tuple | None:
         """What a head's tail gives its nodes: (duration_micros, the Node fields it sets, attribute
@@ -572,6 +680,12 @@ _MADE_PER_NODE = tuple((f.name, f.default_factory) for f in dataclasses.fields(N
                        if f.default_factory is not dataclasses.MISSING and f.name not in ("deps", "ctrl_deps"))
 assert list(_NODE_DEFAULTS)[:3] == ["id", "name", "kind"]  # a tail's values go between kind and start_ns
 _START_AT = list(_NODE_DEFAULTS).index("start_ns")
+# read_nodes passes every Node field by position, `args` (made per node) after `source`.
+assert list(_NODE_DEFAULTS) == [
+    "id", "name", "kind", "duration_ns", "deps", "ctrl_deps", "coll", "size", "group", "peer", "tag", "start_ns",
+    "stream", "parent", "microbatch", "source", "args", "attrs", "inputs", "outputs",
+] and [name for name, _ in _MADE_PER_NODE] == ["args"]
+_ARGS_AFTER_START = list(_NODE_DEFAULTS).index("args") - _START_AT - 1
 
 
 def node_values(fields: dict) -> tuple:

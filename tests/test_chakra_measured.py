@@ -1,0 +1,101 @@
+"""The Chakra reader's fast route for measured messages gives what the recipe route gives.
+
+A Node message with a start time keeps its rank on a list of its own, so `NodeDecoder.read_nodes`
+makes its Node at once from its head and tail (`measured_values`), and a file whose first nodes
+are measured is not split at its per-rank fields (`starts_measured`). Here random files (plain,
+measured and bent messages, two ranks with messages in common) are read with and without those
+shortcuts: the nodes, the sharing between ranks, the count of non-canonical messages and the
+first error must be the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_chakra_head import node_messages
+
+from converters._proto import et_def_pb2 as pb
+from converters._proto.wire import varint
+from converters.diagnostics import InputError
+from converters.readers import chakra
+from converters.readers.chakra import NodeDecoder
+
+METADATA = pb.GlobalMetadata(version="0.0.4").SerializeToString()
+
+
+def framed(messages: list[bytes]) -> bytes:
+    return b"".join(varint(len(m)) + m for m in [METADATA, *messages])
+
+
+def plain_node(node_id: int, start: int, group: str = "3") -> bytes:
+    return pb.Node(id=node_id, name=f"n{node_id}", type=7, data_deps=[node_id - 1] if node_id else [],
+                   start_time_micros=start, duration_micros=5,
+                   attr=[pb.AttributeProto(name="comm_type", int64_val=0),
+                         pb.AttributeProto(name="pg_name", string_val=group)]).SerializeToString()
+
+
+def read_both_ways(files: list[bytes], monkeypatch) -> tuple:
+    """What the reader gives for these rank files: (nodes per rank, which ranks share a list,
+    maps, non-canonical count) or the first error's text."""
+    decoder = NodeDecoder()
+    try:
+        ranks = [chakra.read_rank(Path(f"w.{i}.et"), i, data, decoder) for i, data in enumerate(files)]
+    except InputError as e:
+        return str(e)
+    return ([r.nodes for r in ranks], [r.nodes is ranks[0].nodes for r in ranks],
+            [(r.group_map, r.peer_map) for r in ranks], decoder.noncanonical, decoder.shared_ranks)
+
+
+def recipe_route_only(monkeypatch) -> None:
+    monkeypatch.setattr(NodeDecoder, "measured_values", lambda self, body: None)
+    monkeypatch.setattr(NodeDecoder, "starts_measured", lambda self, data, at: False)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(node_messages(), max_size=12), st.lists(st.integers(0, 11), max_size=12), st.integers(0, 3))
+def test_random_files_read_alike_by_both_routes(monkeypatch, messages, picks, plain_run):
+    # a second rank repeats some of the first rank's messages (the measured cache across ranks)
+    second = [messages[i] for i in picks if i < len(messages)]
+    files = [framed(messages), framed(second)]
+    with monkeypatch.context() as m:
+        m.setattr(NodeDecoder, "PLAIN_RUN", plain_run)
+        fast = read_both_ways(files, m)
+    with monkeypatch.context() as m:
+        recipe_route_only(m)
+        slow = read_both_ways(files, m)
+    assert fast == slow
+
+
+def test_measured_files_take_the_fast_route_and_plain_ones_still_share(monkeypatch):
+    measured = [framed([plain_node(i, 100 + i) for i in range(20)]), framed([plain_node(i, 100 + i, "4") for i in range(20)])]
+    plain = [framed([plain_node(i, 0) for i in range(20)]), framed([plain_node(i, 0, "4") for i in range(20)])]
+    calls = []
+
+    class CountedSplits:
+        def __getattr__(self, name):
+            return getattr(pattern, name)
+
+        def split(self, data):
+            calls.append(len(data))
+            return pattern.split(data)
+
+    pattern = chakra.PER_RANK_FIELD
+    monkeypatch.setattr(chakra, "PER_RANK_FIELD", CountedSplits())
+    nodes, shared, maps, _, shared_ranks = read_both_ways(measured, monkeypatch)
+    assert calls == [] and shared == [True, False] and shared_ranks == 0  # never split, never shared
+    assert [n.start_ns for n in nodes[0]] == [(100 + i) * 1000 for i in range(20)] and nodes[1][3].group == 4
+    assert nodes[0][0].deps == [] and nodes[0][1].deps == [0] and nodes[0][1].deps is not nodes[1][1].deps
+    nodes, shared, maps, _, shared_ranks = read_both_ways(plain, monkeypatch)
+    assert shared == [True, True] and maps[1] == ({3: 4}, None) and shared_ranks == 1
+
+
+def test_an_error_after_measured_nodes_is_named_as_before(monkeypatch):
+    bad = pb.Node(id=9, name="ar", type=7, start_time_micros=3,
+                  attr=[pb.AttributeProto(name="comm_type", int64_val=42)]).SerializeToString()
+    data = framed([plain_node(i, 100 + i) for i in range(5)] + [bad])
+    result = read_both_ways([data], monkeypatch)
+    assert "node 9 'ar': comm_type 42 is not a CollectiveCommType" in result
+    cut = framed([plain_node(i, 100 + i) for i in range(5)])[:-3]
+    assert read_both_ways([cut], monkeypatch) == "w.0.et: byte 187: truncated Node message (wanted 45 bytes, 42 left)"
