@@ -34,7 +34,8 @@ from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
 from .layout_chrome import (
-    FLOW_IN, FLOW_OUT, FLOW_STEP, TID_STRIDE, Plan, Process, lookup_encoded, plan_trace, report_iteration,
+    FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, Process, lookup_encoded, plan_trace,
+    report_iteration,
 )
 
 LARGE_JSON = 1_000_000_000
@@ -222,6 +223,10 @@ class _SliceEncoder:
             self.forget_args_texts()
 
         layout, last = process.layout, self.last_args
+        rows = process.arg_rows()
+        if rows is not None:  # a node list of its own: no dicts, nothing to share with the next rank
+            self.last_args = None
+            return layout.drawn(row_texts(rows))
         args = layout.drawn(process.slice_args)
         if last is None or last[0] is not layout:
             texts = self.args_texts(args)
@@ -238,6 +243,9 @@ class _SliceEncoder:
     def sample_args(self, process: Process, n: int) -> list[bytes]:
         """Texts of the args of the first `n` slices in drawing order (nothing remembered for the next rank)."""
         order = process.layout.order
+        rows = process.arg_rows()
+        if rows is not None:
+            return process.layout.drawn(row_texts(rows))[:n]
         args = process.slice_args
         return self.args_texts(args[:n] if order is None else [args[i] for i in order[:n]])
 
@@ -250,6 +258,52 @@ class _SliceEncoder:
             return text
 
         return lookup_encoded(self.args_text, list(map(id, args)), args, encode)
+
+
+def row_texts(rows: ArgsRows) -> list[bytes]:
+    """The args text of every position, as orjson prints each slice's args dict.
+
+    A dict prints as its items, each `"key":value`, joined with commas: a shape's fixed
+    items are printed once into a %-format whose `%b`s take the own fields' values, each
+    printed by orjson on its own (`%.0b` swallows the fields a shape does not have).
+    """
+    formats = lookup_encoded({}, list(map(id, rows.shapes)), rows.shapes, shape_format)
+    values = list(map(encoded_column, rows.columns))
+    return list(map(operator.mod, formats, zip(*values)))
+
+
+_NONE = type(None)
+
+
+def encoded_column(values: list) -> list[bytes]:
+    """Each value as orjson prints it."""
+    kinds = set(map(type, values))
+    if kinds <= {int, _NONE}:  # one call: ints and nulls print without commas
+        return orjson.dumps(values)[1:-1].split(b",") if values else []
+    if kinds <= {str, _NONE}:  # each distinct string printed once (sources repeat)
+        return lookup_encoded({}, values, values, _copied_json)
+    return list(map(_copied_json, values))
+
+
+def _copied_json(value: Any) -> bytes:
+    # a copy: orjson's own result keeps its whole write buffer (kilobytes) allocated
+    return bytes(memoryview(orjson.dumps(value)))
+
+
+def shape_format(shape: ArgsShape) -> bytes:
+    """`{...}` with a `%b` per own field of the shape, a `%.0b` per other field, in OWN_FIELDS order."""
+    parts = [b"{"]
+    next_field = 0
+    for k, (key, value, f) in enumerate(shape.items):
+        comma = b"," if k else b""
+        if f < 0:
+            parts.append(comma + orjson.dumps({key: value})[1:-1].replace(b"%", b"%%"))
+        else:
+            parts.append(b"%.0b" * (f - next_field))
+            parts.append(comma + orjson.dumps(key).replace(b"%", b"%%") + b":%b")
+            next_field = f + 1
+    parts.append(b"%.0b" * (len(OWN_FIELDS) - next_field) + b"}")
+    return b"".join(parts)
 
 
 def _drawn_index(layout) -> list[int]:
