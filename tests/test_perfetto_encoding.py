@@ -104,12 +104,19 @@ def test_args_are_built_one_process_at_a_time():
     trace, timeline = shared_trace()
     for tr, tl in ((small_trace(), None), (trace, timeline)):
         plan = plan_trace(tr, Options(ranks="all"), Diagnostics(), tl)
-        held = []  # at each build: how many processes hold their args
+        held = []  # at each build (as dicts or as rows): how many processes hold their args
         for process in plan.processes:
             def counting(make=process.make_args):
                 held.append(sum(p.made_args is not None for p in plan.processes))
                 return make()
+
+            def counting_rows(make=process.make_rows):
+                rows = make()
+                if rows is not None:
+                    held.append(sum(p.made_args is not None for p in plan.processes))
+                return rows
             process.make_args = counting
+            process.make_rows = counting_rows
         perfetto.write_plan(plan, io.BytesIO())
         assert held == [0] * len(plan.processes)
         assert all(p.made_args is None for p in plan.processes)

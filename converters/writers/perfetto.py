@@ -43,7 +43,8 @@ from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
 from .layout_chrome import (
-    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, Layout, Plan, Process, lookup_encoded, plan_trace, report_iteration,
+    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, OWN_FIELDS, ArgsRows, ArgsShape, Layout, Plan, Process, lookup_encoded,
+    plan_trace, report_iteration,
 )
 
 SEQUENCE_ID = 1
@@ -151,6 +152,7 @@ def pid_bytes(pid: int) -> bytes:
 
 BEGIN_CACHE_BYTES = 32 << 20  # encoded begins kept for reuse by the next ranks of a layout
 _PLAIN_VALUES = frozenset({str, int})  # arg values whose (key, value) names one encoding (True == 1)
+_COLUMN_VALUES = _PLAIN_VALUES | {type(None)}  # None: a field the slice's args do not have (no dict has None values)
 
 
 class _EventEncoder:
@@ -207,7 +209,11 @@ class _EventEncoder:
             columns = layout.cache["perfetto"] = _Columns(layout, self)
         pid = pid_bytes(process.pid)
         if not shared:
-            heads = columns.heads(self, process.names, process.slice_args)
+            rows = process.arg_rows()
+            if rows is not None:
+                heads = columns.row_heads(self, process.names, rows)
+            else:
+                heads = columns.heads(self, process.names, process.slice_args)
             return b"".join(self.frame(columns.stamps, heads, pid, columns.tails(self, process)))
         return b"".join(self.member_parts(columns, process, pid))
 
@@ -293,6 +299,32 @@ class _EventEncoder:
         self.begins.update(zip(missing, self.new_begins([names[j] for j in new], [args[j] for j in new])))
         return list(map(self.begins.__getitem__, keys))
 
+    def row_begin_heads(self, names: list[str], rows: ArgsRows, positions: list[int]) -> list[bytes]:
+        """`begin_heads` of the begins at these positions (in writing order), from args shapes:
+        each shape's fixed annotations encoded once, the own fields' ones per value."""
+        shapes = list(map(rows.shapes.__getitem__, positions))
+        # in first-use order, each shape's items in order: arg names are interned as the dicts' would be
+        formats = {shape: self.shape_format(shape) for shape in dict.fromkeys(shapes)}
+        values = [self.annotations.column(key, list(map(column.__getitem__, positions)))
+                  for key, column in zip(OWN_FIELDS, rows.columns)]
+        annotations = map(operator.mod, map(formats.__getitem__, shapes), zip(*values))
+        return list(map(operator.add, annotations, map(self.name_fields.__getitem__, names)))
+
+    def shape_format(self, shape: ArgsShape) -> bytes:
+        """The shape's annotations with a `%b` per own field, a `%.0b` per other field, in OWN_FIELDS order."""
+        parts = []
+        next_field = 0
+        for key, value, f in shape.items:
+            if f < 0:
+                parts.append(self.annotations.fixed(key, value).replace(b"%", b"%%"))
+            else:
+                if key not in self.arg_names:
+                    self.intern_arg_name(key)
+                parts.append(b"%.0b" * (f - next_field) + b"%b")
+                next_field = f + 1
+        parts.append(b"%.0b" * (len(OWN_FIELDS) - next_field))
+        return b"".join(parts)
+
     def new_begins(self, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         self.pinned.extend(args)  # kept while their encodings are: no other dict gets their ids
         heads = list(map(operator.add, self.annotations.many(args), map(self.name_fields.__getitem__, names)))
@@ -369,6 +401,14 @@ class _Columns:
         self.parts: list[bytes] | None = None
         self.reference: tuple[list, list] | None = None
         self.ref_heads: list[bytes] | None = None
+
+    def row_heads(self, encoder: _EventEncoder, names: list[str], rows: ArgsRows) -> list[bytes]:
+        heads = [_END_HEAD] * self.size
+        positions = self.begin_positions
+        begin_heads = encoder.row_begin_heads(list(map(names.__getitem__, positions)), rows, positions)
+        for k, head in zip(self.begin_at, begin_heads):
+            heads[k] = head
+        return heads
 
     def heads(self, encoder: _EventEncoder, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         heads = [_END_HEAD] * self.size
@@ -457,6 +497,21 @@ class _Annotations:
         ends = list(accumulate(map(len, dicts)))
         return list(map(b"".join, map(pieces.__getitem__, map(slice, [0, *ends[:-1]], ends))))
 
+    def fixed(self, key: str, value: Any) -> bytes:
+        """The piece of one (key, value), from the cache when its type names one encoding."""
+        if value.__class__ not in _PLAIN_VALUES:
+            return self.piece(key, value)
+        return self.column(key, [value])[0]
+
+    def column(self, key: str, values: list) -> list[bytes]:
+        """The piece of (key, value) for each value; b"" for None (a field the arg does not have)."""
+        if not _COLUMN_VALUES.issuperset(map(type, values)):
+            return [b"" if value is None else self.piece(key, value) for value in values]
+        if len(self.pieces) >= MAX_ANNOTATION_PIECES:
+            self.pieces.clear()
+        items = list(zip(repeat(key), values))
+        return lookup_encoded(self.pieces, items, items, self.item_piece)
+
     def unplain(self, args: dict[str, Any]) -> bytes:
         """A dict with a value of another type (bool, float): by its own items."""
         if _PLAIN_VALUES.issuperset(map(type, args.values())):
@@ -464,7 +519,7 @@ class _Annotations:
         return b"".join([self.piece(key, value) for key, value in args.items()])
 
     def item_piece(self, item: tuple[str, Any]) -> bytes:
-        return self.piece(*item)
+        return b"" if item[1] is None else self.piece(*item)  # None: see `column`
 
     def piece(self, key: str, value: Any) -> bytes:
         iid = self.arg_names.get(key)
