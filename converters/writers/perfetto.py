@@ -34,6 +34,7 @@ from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
@@ -387,11 +388,10 @@ class _Columns:
                 events.append((ends[top], slot, len(events), 0, top))
         events.sort()
         self.size = len(events)
+        times, slots, _, kinds, positions = map(list, zip(*events)) if events else ([], [], [], [], [])
         # the timestamp field per event; remembered per layout only (a log's ranks each have their own times)
-        self.stamps = list(map(_Prefixed(b"\x40").__getitem__, [e[0] for e in events]))
-        self.slots = [e[1] for e in events]
-        kinds = [e[3] for e in events]
-        positions = [e[4] for e in events]
+        self.stamps = timestamp_fields(times)
+        self.slots = slots
         self.begin_at = list(compress(count(), kinds))  # event index of each begin
         self.begin_positions = [positions[k] for k in self.begin_at]
         self.begin_event = [0] * len(starts)  # position -> event index of its begin
@@ -429,6 +429,38 @@ class _Columns:
         for k, tail in zip(events, flow_tails):
             tails[k] = tail
         return tails
+
+
+def timestamp_fields(times: list[int]) -> list[bytes]:
+    """TracePacket's timestamp field (tag 0x40, then the varint) of each time, encoded by upb in one call.
+
+    A message with one unpacked repeated uint64 field numbered 8 serializes as exactly these
+    fields one after another; each is cut out by its length, known from the value's bit length.
+    """
+    if not times:
+        return []
+    if min(times) < 0 or max(times) >= 1 << 64:  # not a uint64: as varint() has it
+        return [b"\x40" + varint(t) for t in times]
+    column = _TimestampColumn()
+    column.timestamp.extend(times)
+    data = column.SerializeToString()
+    ends = list(accumulate(map(_TIMESTAMP_FIELD_SIZE.__getitem__, map(int.bit_length, times))))
+    return list(map(data.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+
+def _timestamp_column_class():
+    file = descriptor_pb2.FileDescriptorProto(name="et_convert/timestamp_column.proto", package="et_convert",
+                                              syntax="proto2")
+    message = file.message_type.add(name="TimestampColumn")
+    message.field.add(name="timestamp", number=8, type=descriptor_pb2.FieldDescriptorProto.TYPE_UINT64,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED)  # proto2: not packed
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("et_convert.TimestampColumn"))
+
+
+_TimestampColumn = _timestamp_column_class()
+_TIMESTAMP_FIELD_SIZE = [1 + max(1, (bits + 6) // 7) for bits in range(65)]  # tag + varint, by bit length
 
 
 PROCESS_UUID_BASE = 1 << 40  # thread track uuids are their tids (< 2^32): process uuids sit above them
@@ -501,7 +533,10 @@ class _Annotations:
         """The piece of one (key, value), from the cache when its type names one encoding."""
         if value.__class__ not in _PLAIN_VALUES:
             return self.piece(key, value)
-        return self.column(key, [value])[0]
+        text = self.pieces.get((key, value))
+        if text is None:
+            text = self.pieces[(key, value)] = self.piece(key, value)
+        return text
 
     def column(self, key: str, values: list) -> list[bytes]:
         """The piece of (key, value) for each value; b"" for None (a field the arg does not have)."""
