@@ -157,7 +157,12 @@ class _SliceEncoder:
             names, args = self.names(process), self.args(process)
         else:
             heads, names, args = heads[:n], self.names(process)[:n], self.sample_args(process, n)
-        tails = [_END] * n
+        pid = b"%d" % process.pid
+        lead = _LEAD + pid + b',"tid":' + pid
+        # one piece between two slices: the end of one (`}`, or its flow fields) and the start of the next
+        between = [_END + lead] * n
+        between[0] = lead
+        last = _END
         if process.flows:
             drawn_index = layout.cache.get("drawn_index")
             if drawn_index is None:
@@ -165,15 +170,17 @@ class _SliceEncoder:
             for i, code in process.flows.items():
                 j = drawn_index[i]
                 if j < n:
-                    tails[j] = _FLOW_TEXT[code & 3] % (code >> 2)  # see layout_chrome.flow_of
-        pid = b"%d" % process.pid
-        parts: list[bytes] = [b""] * (6 * n)
-        parts[0::6] = [_LEAD] * n
-        parts[1::6] = [pid + b',"tid":' + pid] * n
-        parts[2::6] = heads
-        parts[3::6] = names
-        parts[4::6] = args
-        parts[5::6] = tails
+                    tail = _FLOW_TEXT[code & 3] % (code >> 2)  # see layout_chrome.flow_of
+                    if j + 1 < n:
+                        between[j + 1] = tail + lead
+                    else:
+                        last = tail
+        parts: list[bytes] = [b""] * (4 * n + 1)
+        parts[0:-1:4] = between
+        parts[1::4] = heads
+        parts[2::4] = names
+        parts[3::4] = args
+        parts[-1] = last
         return b"".join(parts)
 
     def finished(self, layout) -> None:

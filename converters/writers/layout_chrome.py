@@ -119,7 +119,7 @@ class Layout:
 
     def drawn(self, values: list) -> list:
         """`values` (one per position) in drawing order."""
-        return list(values) if self.order is None else [values[i] for i in self.order]
+        return list(values) if self.order is None else list(map(values.__getitem__, self.order))
 
 
 OWN_FIELDS = ("node", "bytes", "tag", "microbatch", "source")  # node fields whose values vary from slice to slice
