@@ -27,6 +27,7 @@ wall-clock or hash order: same trace, same bytes.
 
 from __future__ import annotations
 
+import functools
 import operator
 import struct
 from collections import Counter
@@ -303,13 +304,13 @@ class _EventEncoder:
     def row_begin_heads(self, names: list[str], rows: ArgsRows, positions: list[int]) -> list[bytes]:
         """`begin_heads` of the begins at these positions (in writing order), from args shapes:
         each shape's fixed annotations encoded once, the own fields' ones per value."""
-        shapes = list(map(rows.shapes.__getitem__, positions))
         # in first-use order, each shape's items in order: arg names are interned as the dicts' would be
-        formats = {shape: self.shape_format(shape) for shape in dict.fromkeys(shapes)}
-        values = [self.annotations.column(key, list(map(column.__getitem__, positions)))
+        formats = {shape: self.shape_format(shape) for shape in dict.fromkeys(map(rows.shapes.__getitem__, positions))}
+        # per position, as the shapes; a field no shape names is not encoded (that would intern its name)
+        values = [self.annotations.column(key, column) if key in self.arg_names else [b""] * len(column)
                   for key, column in zip(OWN_FIELDS, rows.columns)]
-        annotations = map(operator.mod, map(formats.__getitem__, shapes), zip(*values))
-        return list(map(operator.add, annotations, map(self.name_fields.__getitem__, names)))
+        annotations = list(map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values)))
+        return list(map(operator.add, map(annotations.__getitem__, positions), map(self.name_fields.__getitem__, names)))
 
     def shape_format(self, shape: ArgsShape) -> bytes:
         """The shape's annotations with a `%b` per own field, a `%.0b` per other field, in OWN_FIELDS order."""
@@ -514,6 +515,7 @@ class _Annotations:
         self.arg_names = arg_names
         self.intern = intern
         self.pieces: dict[tuple[str, Any], bytes] = {}
+        self.field_pieces: dict[str, dict[Any, bytes]] = {}  # see `column`
 
     def __call__(self, args: dict[str, Any]) -> bytes:
         return self.many([args])[0]
@@ -542,10 +544,10 @@ class _Annotations:
         """The piece of (key, value) for each value; b"" for None (a field the arg does not have)."""
         if not _COLUMN_VALUES.issuperset(map(type, values)):
             return [b"" if value is None else self.piece(key, value) for value in values]
-        if len(self.pieces) >= MAX_ANNOTATION_PIECES:
-            self.pieces.clear()
-        items = list(zip(repeat(key), values))
-        return lookup_encoded(self.pieces, items, items, self.item_piece)
+        cache = self.field_pieces.get(key)  # value -> piece: looked up without a (key, value) tuple each
+        if cache is None or len(cache) >= MAX_ANNOTATION_PIECES:
+            cache = self.field_pieces[key] = {None: b""}
+        return lookup_encoded(cache, values, values, functools.partial(self.piece, key))
 
     def unplain(self, args: dict[str, Any]) -> bytes:
         """A dict with a value of another type (bool, float): by its own items."""
@@ -554,7 +556,7 @@ class _Annotations:
         return b"".join([self.piece(key, value) for key, value in args.items()])
 
     def item_piece(self, item: tuple[str, Any]) -> bytes:
-        return b"" if item[1] is None else self.piece(*item)  # None: see `column`
+        return self.piece(*item)
 
     def piece(self, key: str, value: Any) -> bytes:
         iid = self.arg_names.get(key)
