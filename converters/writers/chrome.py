@@ -35,7 +35,7 @@ from ..timeline import Timeline
 from .atomic import atomic_file
 from .layout_chrome import (
     FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, Process, lookup_encoded, plan_trace,
-    report_iteration,
+    report_iteration, write_parts,
 )
 
 LARGE_JSON = 1_000_000_000
@@ -82,7 +82,7 @@ def estimated_json_bytes(plan: Plan) -> int:
             break
         # a log's process can have 100,000s of slices: print only what the sample still needs
         wanted = min(process.slice_count, SIZE_SAMPLE_SLICES - sample_slices)
-        sample_bytes += len(encoder.process_bytes(process, wanted))
+        sample_bytes += sum(map(len, encoder.process_parts(process, wanted)))
         sample_slices += wanted
     if not sample_slices:
         return metadata_bytes
@@ -96,7 +96,7 @@ def write_plan(plan: Plan, out: BinaryIO) -> None:
         encoder = _SliceEncoder()
         left = Counter(id(process.layout) for process in plan.processes)  # processes still to print per layout
         for process in plan.processes:
-            out.write(encoder.process_bytes(process))
+            write_parts(out, encoder.process_parts(process))
             process.release()  # one process's args at a time (a log has a dict per node)
             left[id(process.layout)] -= 1
             if not left[id(process.layout)]:
@@ -145,11 +145,15 @@ class _SliceEncoder:
 
     def process_bytes(self, process: Process, limit: int | None = None) -> bytes:
         """The X events of a process; with `limit`, of its first `limit` slices only (a sample)."""
+        return b"".join(self.process_parts(process, limit))
+
+    def process_parts(self, process: Process, limit: int | None = None) -> list[bytes]:
+        """`process_bytes` in pieces, to be joined (`layout_chrome.write_parts`)."""
         layout = process.layout
         every = len(layout.starts)
         n = every if limit is None else min(limit, every)
         if not n:
-            return b""
+            return []
         heads = layout.cache.get("chrome")
         if heads is None:
             heads = layout.cache["chrome"] = self.layout_heads(layout)
@@ -181,7 +185,7 @@ class _SliceEncoder:
         parts[2::4] = names
         parts[3::4] = args
         parts[-1] = last
-        return b"".join(parts)
+        return parts
 
     def finished(self, layout) -> None:
         """Free what was encoded for a layout no later process has (each rank of a log has its own).

@@ -311,6 +311,15 @@ def lookup_encoded(cache: dict, keys: list, values: list, encode) -> list[bytes]
     return texts
 
 
+WRITE_PARTS = 1 << 14  # pieces joined per write: a process's whole text (megabytes for a log's rank) is never made
+
+
+def write_parts(out, parts: list[bytes]) -> None:
+    """Write the pieces of a process's events (the writers' `process_parts`), a batch at a time."""
+    for k in range(0, len(parts), WRITE_PARTS):
+        out.write(b"".join(parts[k:k + WRITE_PARTS]))
+
+
 # ---------------------------------------------------------------- which ranks to draw
 
 

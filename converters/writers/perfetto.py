@@ -46,7 +46,7 @@ from ..timeline import Timeline
 from .atomic import atomic_file
 from .layout_chrome import (
     FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, OWN_FIELDS, ArgsRows, ArgsShape, Layout, Plan, Process, lookup_encoded,
-    plan_trace, report_iteration,
+    plan_trace, report_iteration, write_parts,
 )
 
 SEQUENCE_ID = 1
@@ -79,9 +79,10 @@ def write_packets(plan: Plan, out: BinaryIO) -> None:
     left = Counter(id(process.layout) for process in plan.processes)  # processes still to write per layout
     for process in plan.processes:
         layout = process.layout
-        events = encoder.process_bytes(process, shared=left[id(layout)] > 1 or "perfetto" in layout.cache)
+        events = encoder.process_parts(process, shared=left[id(layout)] > 1 or "perfetto" in layout.cache)
         out.write(encoder.interning_packet())  # the names this process is first to use, before its events
-        out.write(events)
+        write_parts(out, events)
+        del events
         process.release()  # one process's args at a time (a log has a dict per node)
         left[id(layout)] -= 1
         if not left[id(layout)]:
@@ -205,6 +206,10 @@ class _EventEncoder:
 
     def process_bytes(self, process: Process, shared: bool) -> bytes:
         """Every begin and end of a process, framed; `shared`: its layout serves other processes too."""
+        return b"".join(self.process_parts(process, shared))
+
+    def process_parts(self, process: Process, shared: bool) -> list[bytes]:
+        """`process_bytes` in pieces, to be joined (`layout_chrome.write_parts`)."""
         layout = process.layout
         columns = layout.cache.get("perfetto")
         if columns is None:
@@ -216,8 +221,8 @@ class _EventEncoder:
                 heads = columns.row_heads(self, process.names, rows)
             else:
                 heads = columns.heads(self, process.names, process.slice_args)
-            return b"".join(self.frame(columns.stamps, heads, pid, columns.tails(self, process)))
-        return b"".join(self.member_parts(columns, process, pid))
+            return self.frame(columns.stamps, heads, pid, columns.tails(self, process))
+        return self.member_parts(columns, process, pid)
 
     def member_parts(self, columns: _Columns, process: Process, pid: bytes) -> list[bytes]:
         """A process drawn with a shared layout: the layout's framing (made from its first
