@@ -848,12 +848,15 @@ class _Planner:
             instances = self.instances.get(gid)
             if instances is None:
                 instances = self.instances[gid] = []
-            members = comm_ints(starts, slots, base, positions)
             have = len(instances)
-            list(map(list.append, instances[:len(members)], members))  # the k-th member of the k-th instance
-            instances.extend([member] for member in members[have:])
+            for k, i in enumerate(positions):
+                member = ((starts[i] << _TID_BITS | base + slots[i]) << _POSITION_BITS) | i  # see _POSITION_BITS
+                if k < have:
+                    instances[k].append(member)
+                else:
+                    instances.append([member])
         for (kind, peer, tag), positions in p2p.items():
-            ends = comm_ints(starts, slots, base, positions)
+            ends = [((starts[i] << _TID_BITS | base + slots[i]) << _POSITION_BITS) | i for i in positions]
             if kind == NodeKind.SEND:
                 self.sends[(r, peer, tag)] = ends
             else:
@@ -898,13 +901,6 @@ class _Planner:
 def _chain(members: int) -> tuple[int, ...]:
     """The flow direction of each member of a collective chain: out, then in and out, then in."""
     return (FLOW_OUT,) + (FLOW_STEP,) * (members - 2) + (FLOW_IN,)
-
-
-def comm_ints(starts: list[int], slots: list[int], base: int, positions: list[int]) -> list[int]:
-    """The comm slices at these positions of a process (tids `base` + slot) as ints (see below)."""
-    times = map(operator.lshift, map(starts.__getitem__, positions), repeat(_TID_BITS + _POSITION_BITS))
-    tids = map(operator.lshift, map(base.__add__, map(slots.__getitem__, positions)), repeat(_POSITION_BITS))
-    return list(map(operator.or_, map(operator.or_, times, tids), positions))
 
 
 # A comm slice waiting for its flow is one int, start << 72 | tid << 32 | position: it sorts
