@@ -14,7 +14,11 @@ the X slices themselves.
 
 Printing is byte for byte what orjson prints for each event dict, but from pieces encoded
 once: per layout (times and threads shared by the ranks of a stage) and per distinct name
-and args; a rank is one join of those pieces (`_SliceEncoder`), written as it is made.
+and args; a rank is a list of those pieces (`_SliceEncoder`), written in batches as it is
+made. Args shared by ranks (a stage's node list) are dicts encoded once each; a rank with a
+node list of its own (each rank of a log: a distinct dict per node) prints its args from
+`ArgsRows` instead: a %-format per args shape, filled with its nodes' own fields
+(`row_texts`), and no dict is made per slice.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ Same processes, threads, slices, args and flows as the Chrome JSON writer (both 
 schema and `TraceProtoBuilder`; the millions of slice events are framed by hand from bytes
 encoded once (see "slice events" below) and written one process (rank) at a time, so a
 rank's args are built, written and freed before the next rank's (as the JSON writer does).
+A rank with a node list of its own (each rank of a log) encodes its annotations from
+`ArgsRows` (`row_begin_heads`): each args shape's fixed pieces once, its nodes' own fields
+per value, no dict per slice.
 
 Packet stream (one trusted sequence):
 1. a packet that clears incremental state;
