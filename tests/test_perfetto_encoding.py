@@ -121,3 +121,13 @@ def test_args_are_built_one_process_at_a_time():
         assert held == [0] * len(plan.processes)
         assert all(p.made_args is None for p in plan.processes)
         assert all("perfetto" not in p.layout.cache for p in plan.processes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 300), st.integers(0, 2**64 - 1)), max_size=20))
+def test_timestamp_fields_are_varints_one_by_one(times):
+    assert perfetto.timestamp_fields(times) == [b"\x40" + perfetto.varint(t) for t in times]
+
+
+def test_timestamp_fields_beyond_uint64_as_varint_has_them():
+    assert perfetto.timestamp_fields([2**64, 5]) == [b"\x40" + perfetto.varint(2**64), b"\x40\x05"]
