@@ -104,13 +104,30 @@ def test_args_are_built_one_process_at_a_time():
     trace, timeline = shared_trace()
     for tr, tl in ((small_trace(), None), (trace, timeline)):
         plan = plan_trace(tr, Options(ranks="all"), Diagnostics(), tl)
-        held = []  # at each build: how many processes hold their args
+        held = []  # at each build (as dicts or as rows): how many processes hold their args
         for process in plan.processes:
             def counting(make=process.make_args):
                 held.append(sum(p.made_args is not None for p in plan.processes))
                 return make()
+
+            def counting_rows(make=process.make_rows):
+                rows = make()
+                if rows is not None:
+                    held.append(sum(p.made_args is not None for p in plan.processes))
+                return rows
             process.make_args = counting
+            process.make_rows = counting_rows
         perfetto.write_plan(plan, io.BytesIO())
         assert held == [0] * len(plan.processes)
         assert all(p.made_args is None for p in plan.processes)
         assert all("perfetto" not in p.layout.cache for p in plan.processes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 300), st.integers(0, 2**64 - 1)), max_size=20))
+def test_timestamp_fields_are_varints_one_by_one(times):
+    assert perfetto.timestamp_fields(times) == [b"\x40" + perfetto.varint(t) for t in times]
+
+
+def test_timestamp_fields_beyond_uint64_as_varint_has_them():
+    assert perfetto.timestamp_fields([2**64, 5]) == [b"\x40" + perfetto.varint(2**64), b"\x40\x05"]

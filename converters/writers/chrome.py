@@ -14,7 +14,11 @@ the X slices themselves.
 
 Printing is byte for byte what orjson prints for each event dict, but from pieces encoded
 once: per layout (times and threads shared by the ranks of a stage) and per distinct name
-and args; a rank is one join of those pieces (`_SliceEncoder`), written as it is made.
+and args; a rank is a list of those pieces (`_SliceEncoder`), written in batches as it is
+made. Args shared by ranks (a stage's node list) are dicts encoded once each; a rank with a
+node list of its own (each rank of a log: a distinct dict per node) prints its args from
+`ArgsRows` instead: a %-format per args shape, filled with its nodes' own fields
+(`row_texts`), and no dict is made per slice.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
 from .layout_chrome import (
-    FLOW_IN, FLOW_OUT, FLOW_STEP, TID_STRIDE, Plan, Process, lookup_encoded, plan_trace, report_iteration,
+    FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, Process, lookup_encoded, plan_trace,
+    report_iteration, write_parts,
 )
 
 LARGE_JSON = 1_000_000_000
@@ -81,7 +86,7 @@ def estimated_json_bytes(plan: Plan) -> int:
             break
         # a log's process can have 100,000s of slices: print only what the sample still needs
         wanted = min(process.slice_count, SIZE_SAMPLE_SLICES - sample_slices)
-        sample_bytes += len(encoder.process_bytes(process, wanted))
+        sample_bytes += sum(map(len, encoder.process_parts(process, wanted)))
         sample_slices += wanted
     if not sample_slices:
         return metadata_bytes
@@ -95,7 +100,7 @@ def write_plan(plan: Plan, out: BinaryIO) -> None:
         encoder = _SliceEncoder()
         left = Counter(id(process.layout) for process in plan.processes)  # processes still to print per layout
         for process in plan.processes:
-            out.write(encoder.process_bytes(process))
+            write_parts(out, encoder.process_parts(process))
             process.release()  # one process's args at a time (a log has a dict per node)
             left[id(process.layout)] -= 1
             if not left[id(process.layout)]:
@@ -144,11 +149,15 @@ class _SliceEncoder:
 
     def process_bytes(self, process: Process, limit: int | None = None) -> bytes:
         """The X events of a process; with `limit`, of its first `limit` slices only (a sample)."""
+        return b"".join(self.process_parts(process, limit))
+
+    def process_parts(self, process: Process, limit: int | None = None) -> list[bytes]:
+        """`process_bytes` in pieces, to be joined (`layout_chrome.write_parts`)."""
         layout = process.layout
         every = len(layout.starts)
         n = every if limit is None else min(limit, every)
         if not n:
-            return b""
+            return []
         heads = layout.cache.get("chrome")
         if heads is None:
             heads = layout.cache["chrome"] = self.layout_heads(layout)
@@ -156,7 +165,12 @@ class _SliceEncoder:
             names, args = self.names(process), self.args(process)
         else:
             heads, names, args = heads[:n], self.names(process)[:n], self.sample_args(process, n)
-        tails = [_END] * n
+        pid = b"%d" % process.pid
+        lead = _LEAD + pid + b',"tid":' + pid
+        # one piece between two slices: the end of one (`}`, or its flow fields) and the start of the next
+        between = [_END + lead] * n
+        between[0] = lead
+        last = _END
         if process.flows:
             drawn_index = layout.cache.get("drawn_index")
             if drawn_index is None:
@@ -164,16 +178,18 @@ class _SliceEncoder:
             for i, code in process.flows.items():
                 j = drawn_index[i]
                 if j < n:
-                    tails[j] = _FLOW_TEXT[code & 3] % (code >> 2)  # see layout_chrome.flow_of
-        pid = b"%d" % process.pid
-        parts: list[bytes] = [b""] * (6 * n)
-        parts[0::6] = [_LEAD] * n
-        parts[1::6] = [pid + b',"tid":' + pid] * n
-        parts[2::6] = heads
-        parts[3::6] = names
-        parts[4::6] = args
-        parts[5::6] = tails
-        return b"".join(parts)
+                    tail = _FLOW_TEXT[code & 3] % (code >> 2)  # see layout_chrome.flow_of
+                    if j + 1 < n:
+                        between[j + 1] = tail + lead
+                    else:
+                        last = tail
+        parts: list[bytes] = [b""] * (4 * n + 1)
+        parts[0:-1:4] = between
+        parts[1::4] = heads
+        parts[2::4] = names
+        parts[3::4] = args
+        parts[-1] = last
+        return parts
 
     def finished(self, layout) -> None:
         """Free what was encoded for a layout no later process has (each rank of a log has its own).
@@ -222,6 +238,10 @@ class _SliceEncoder:
             self.forget_args_texts()
 
         layout, last = process.layout, self.last_args
+        rows = process.arg_rows()
+        if rows is not None:  # a node list of its own: no dicts, nothing to share with the next rank
+            self.last_args = None
+            return layout.drawn(row_texts(rows))
         args = layout.drawn(process.slice_args)
         if last is None or last[0] is not layout:
             texts = self.args_texts(args)
@@ -238,6 +258,9 @@ class _SliceEncoder:
     def sample_args(self, process: Process, n: int) -> list[bytes]:
         """Texts of the args of the first `n` slices in drawing order (nothing remembered for the next rank)."""
         order = process.layout.order
+        rows = process.arg_rows()
+        if rows is not None:
+            return process.layout.drawn(row_texts(rows))[:n]
         args = process.slice_args
         return self.args_texts(args[:n] if order is None else [args[i] for i in order[:n]])
 
@@ -250,6 +273,52 @@ class _SliceEncoder:
             return text
 
         return lookup_encoded(self.args_text, list(map(id, args)), args, encode)
+
+
+def row_texts(rows: ArgsRows) -> list[bytes]:
+    """The args text of every position, as orjson prints each slice's args dict.
+
+    A dict prints as its items, each `"key":value`, joined with commas: a shape's fixed
+    items are printed once into a %-format whose `%b`s take the own fields' values, each
+    printed by orjson on its own (`%.0b` swallows the fields a shape does not have).
+    """
+    formats = lookup_encoded({}, list(map(id, rows.shapes)), rows.shapes, shape_format)
+    values = list(map(encoded_column, rows.columns))
+    return list(map(operator.mod, formats, zip(*values)))
+
+
+_NONE = type(None)
+
+
+def encoded_column(values: list) -> list[bytes]:
+    """Each value as orjson prints it."""
+    kinds = set(map(type, values))
+    if kinds <= {int, _NONE}:  # one call: ints and nulls print without commas
+        return orjson.dumps(values)[1:-1].split(b",") if values else []
+    if kinds <= {str, _NONE}:  # each distinct string printed once (sources repeat)
+        return lookup_encoded({}, values, values, _copied_json)
+    return list(map(_copied_json, values))
+
+
+def _copied_json(value: Any) -> bytes:
+    # a copy: orjson's own result keeps its whole write buffer (kilobytes) allocated
+    return bytes(memoryview(orjson.dumps(value)))
+
+
+def shape_format(shape: ArgsShape) -> bytes:
+    """`{...}` with a `%b` per own field of the shape, a `%.0b` per other field, in OWN_FIELDS order."""
+    parts = [b"{"]
+    next_field = 0
+    for k, (key, value, f) in enumerate(shape.items):
+        comma = b"," if k else b""
+        if f < 0:
+            parts.append(comma + orjson.dumps({key: value})[1:-1].replace(b"%", b"%%"))
+        else:
+            parts.append(b"%.0b" * (f - next_field))
+            parts.append(comma + orjson.dumps(key).replace(b"%", b"%%") + b":%b")
+            next_field = f + 1
+    parts.append(b"%.0b" * (len(OWN_FIELDS) - next_field) + b"}")
+    return b"".join(parts)
 
 
 def _drawn_index(layout) -> list[int]:

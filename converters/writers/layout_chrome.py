@@ -119,7 +119,37 @@ class Layout:
 
     def drawn(self, values: list) -> list:
         """`values` (one per position) in drawing order."""
-        return list(values) if self.order is None else [values[i] for i in self.order]
+        return list(values) if self.order is None else list(map(values.__getitem__, self.order))
+
+
+OWN_FIELDS = ("node", "bytes", "tag", "microbatch", "source")  # node fields whose values vary from slice to slice
+
+
+class ArgsShape:
+    """The args of the slices that differ only in the values of their nodes' own fields.
+
+    `items`: (key, value, field) in the args' order; `field` is the index in OWN_FIELDS of
+    a value each slice takes from its `ArgsRows.columns`, or -1 for `value`, the same in
+    every slice of the shape. A log's args are a distinct dict per node, but only a few
+    thousand shapes per rank: writers encode a shape once and fill in the values.
+    """
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[tuple[str, Any, int]]):
+        self.items = items
+
+    def args(self, values: tuple) -> dict[str, Any]:
+        """The args dict of a slice with these OWN_FIELDS values."""
+        return {key: value if f < 0 else values[f] for key, value, f in self.items}
+
+
+@dataclass(slots=True)
+class ArgsRows:
+    """Every slice's args as a shape and the values of its node's own fields (no dict per slice)."""
+
+    shapes: list[ArgsShape]  # per position
+    columns: tuple[list, ...]  # per OWN_FIELDS: the value per position (None past the nodes)
 
 
 @dataclass(slots=True)
@@ -134,6 +164,8 @@ class Process:
     flow_pairs: array = field(default_factory=lambda: array("q"))  # position, code, position, code ... (see `flows`)
     made_args: list[dict[str, Any]] | None = None
     made_flows: dict[int, int] | None = None
+    # builds `arg_rows`, or returns None when the args are better shared as dicts (ranks of one node list)
+    make_rows: Callable[[], ArgsRows | None] | None = None
 
     @property
     def slice_args(self) -> list[dict[str, Any]]:
@@ -163,6 +195,17 @@ class Process:
         for k in range(0, len(pairs), 2):
             codes[pairs[k]] = pairs[k + 1]
         return codes
+
+    def arg_rows(self) -> ArgsRows | None:
+        """The args as shapes and values (equal to `slice_args`), or None: then use `slice_args`.
+
+        Not kept: a writer asks once per process. Used where every node has its own args
+        dict (each rank of a log its own node list); dicts shared by ranks are encoded once
+        from `slice_args` instead.
+        """
+        if self.made_args is not None or self.make_rows is None:
+            return None
+        return self.make_rows()
 
     def release(self) -> None:
         """Free the args and flows once printed; asking again builds equal ones."""
@@ -266,6 +309,15 @@ def lookup_encoded(cache: dict, keys: list, values: list, encode) -> list[bytes]
             text = cache[key] = encode(values[j])
         texts[j] = text
     return texts
+
+
+WRITE_PARTS = 1 << 14  # pieces joined per write: a process's whole text (megabytes for a log's rank) is never made
+
+
+def write_parts(out, parts: list[bytes]) -> None:
+    """Write the pieces of a process's events (the writers' `process_parts`), a batch at a time."""
+    for k in range(0, len(parts), WRITE_PARTS):
+        out.write(b"".join(parts[k:k + WRITE_PARTS]))
 
 
 # ---------------------------------------------------------------- which ranks to draw
@@ -473,6 +525,7 @@ class _Template:
         # (id(starts), id(ends)) -> [(starts, ends, thread kinds, layout)]: ranks with the same times share a layout
         self.layouts: dict[tuple[int, int], list[tuple]] = {}
         self.users = 0  # drawn ranks with this node list whose args are not built yet
+        self.drawn = 0  # drawn ranks with this node list
         self.forget_args()
 
     def forget_args(self) -> None:
@@ -595,6 +648,7 @@ class _Planner:
         if rank.display:
             names = names + [span.name for span in rank.display]
         tpl.users += 1
+        tpl.drawn += 1
         process = Process(
             rank=rank.rank,
             pid=pid,
@@ -603,6 +657,7 @@ class _Planner:
             layout=layout,
             names=names,
             make_args=lambda: self.slice_args(tpl, rank, p2p),
+            make_rows=lambda: self.slice_rows(tpl, rank, p2p),
         )
         self.collect_comm(rank.rank, process, collectives, p2p)
         return process
@@ -689,9 +744,7 @@ class _Planner:
             key = (stage, raw, gid)
             shared = tpl.coll_args.get(key)
             if shared is None:
-                extra = self.group_extra.get(gid)
-                if extra is None:
-                    extra = self.group_extra[gid] = dict(zip(("group", "members"), self.group_strings(gid)))
+                extra = self.collective_extra(gid)
                 shared = tpl.coll_args[key] = [{**args[i], **extra} for i in positions]  # rank-specific keys win
             for i, merged in zip(positions, shared):
                 out[i] = merged
@@ -702,14 +755,80 @@ class _Planner:
                 key = (stage, i, peer, gid)
                 merged = tpl.p2p_args.get(key)
                 if merged is None:
-                    extra = {}
-                    if peer is not None:
-                        extra["peer"] = peer
-                    if gid is not None:
-                        extra["group"] = self.group_strings(gid)[0]
-                    merged = tpl.p2p_args[key] = {**args[i], **extra}
+                    merged = tpl.p2p_args[key] = {**args[i], **self.p2p_extra(peer, gid)}
                 out[i] = merged
         return out
+
+    def collective_extra(self, gid: int | None) -> dict[str, Any]:
+        """What a collective's args say of its group: label and members."""
+        extra = self.group_extra.get(gid)
+        if extra is None:
+            extra = self.group_extra[gid] = dict(zip(("group", "members"), self.group_strings(gid)))
+        return extra
+
+    def p2p_extra(self, peer: int | None, gid: int | None) -> dict[str, Any]:
+        """What a send's or receive's args say of its peer and group."""
+        extra: dict[str, Any] = {}
+        if peer is not None:
+            extra["peer"] = peer
+        if gid is not None:
+            extra["group"] = self.group_strings(gid)[0]
+        return extra
+
+    def slice_rows(self, tpl: _Template, rank: Rank, p2p: dict) -> ArgsRows | None:
+        """`slice_args` as shapes and values, for a rank with a node list of its own (None otherwise).
+
+        Nodes share a shape when they share their `node.args` dict, kind, op, which own
+        fields they have and what the rank adds (group, peer); each shape is made once from
+        its first node by the functions that make `slice_args`, so both give equal args.
+        """
+        if tpl.drawn != 1:
+            return None
+        nodes, stage = tpl.nodes, rank.stage
+        gmap = rank.group_map
+        adds: list = [None] * len(nodes)  # per node: what the rank adds (its group, its peer and group)
+        for raw, positions in tpl.collectives.items():
+            gid = raw if gmap is None or raw is None else gmap.get(raw, raw)
+            for i in positions:
+                adds[i] = (gid,)
+        for (_, peer, _), positions in p2p.items():
+            for i in positions:
+                adds[i] = (peer, rank.group_of(nodes[i]))
+        columns = tuple(list(map(operator.attrgetter(name), nodes)) for name in ("id", "size", "tag", "microbatch", "source"))
+        keys = list(zip(
+            map(id, map(operator.attrgetter("args"), nodes)),
+            map(operator.attrgetter("kind"), nodes),
+            map(operator.attrgetter("coll"), nodes),
+            map(operator.is_, columns[2], repeat(None)),  # no tag
+            map(operator.is_, columns[3], repeat(None)),  # no microbatch
+            map(operator.not_, columns[4]),  # no source
+            adds,
+        ))
+
+        def shape_of(i: int) -> ArgsShape:
+            args = node_args(nodes[i], tpl.cleaned)
+            if stage is not None:
+                args = with_stage(args, stage)
+            add = adds[i]
+            if add is not None:
+                extra = self.collective_extra(add[0]) if len(add) == 1 else self.p2p_extra(*add)
+                args = {**args, **extra}
+            return node_shape(nodes[i], args)
+
+        shapes: list[ArgsShape] = lookup_encoded({}, keys, range(len(nodes)), shape_of)
+        extra_args: list[dict[str, Any]] = []
+        if tpl.waits:
+            extra_args += tpl.wait_args
+        if rank.display:
+            extra_args += display_args(rank)
+        if extra_args:
+            shapes += [ArgsShape([(key, value, -1) for key, value in args.items()]) for args in extra_args]
+            for column in columns:
+                column += [None] * len(extra_args)
+        tpl.users -= 1
+        if tpl.users <= 0:
+            tpl.forget_args()
+        return ArgsRows(shapes, columns)
 
     def group_strings(self, gid: int | None) -> tuple[str, str]:
         group = self.trace.groups.get(gid) if gid is not None else None
@@ -759,14 +878,15 @@ class _Planner:
                 self.set_flow(first, next_id, FLOW_OUT)
                 self.set_flow(second, next_id, FLOW_IN)
                 next_id += 1
+        flows_of_pid = self.flows_of_pid
         for instances in self.instances.values():
             for members in instances:
                 if len(members) < 2:
                     continue
                 members.sort()  # by entry time, then rank (tids grow with the rank)
-                last = len(members) - 1
-                for j, member in enumerate(members):
-                    self.set_flow(member, next_id, FLOW_OUT if j == 0 else FLOW_IN if j == last else FLOW_STEP)
+                for member, direction in zip(members, _chain(len(members))):  # set_flow, inlined: 100,000s of members
+                    tid = member >> _POSITION_BITS & _TID_MASK
+                    flows_of_pid[tid // TID_STRIDE].extend((member & _POSITION_MASK, next_id << 2 | direction))
                 next_id += 1
         if next_id > MAX_FLOW_ID:
             raise ValueError("more than 2^53 flows")
@@ -775,6 +895,12 @@ class _Planner:
     def forget_comm(self) -> None:
         """Drop the comm slices collected for the flows."""
         self.sends, self.recvs, self.instances, self.flows_of_pid = {}, {}, {}, {}
+
+
+@functools.cache
+def _chain(members: int) -> tuple[int, ...]:
+    """The flow direction of each member of a collective chain: out, then in and out, then in."""
+    return (FLOW_OUT,) + (FLOW_STEP,) * (members - 2) + (FLOW_IN,)
 
 
 # A comm slice waiting for its flow is one int, start << 72 | tid << 32 | position: it sorts
@@ -836,8 +962,9 @@ def parent_positions(nodes) -> list[int]:
     """Index of each node's parent in `nodes`, or -1."""
     if not any(n.parent is not None for n in nodes):
         return [-1] * len(nodes)
-    index = {n.id: i for i, n in enumerate(nodes)}
-    return [index.get(n.parent, -1) if n.parent is not None else -1 for n in nodes]
+    index = dict(zip(map(operator.attrgetter("id"), nodes), count()))
+    index.pop(None, None)  # a parent of None is no parent
+    return list(map(index.get, map(operator.attrgetter("parent"), nodes), repeat(-1)))
 
 
 def drawing_order(starts: list[int], ends: list[int], parents: list[int], has_parents: bool) -> list[int]:
@@ -845,7 +972,8 @@ def drawing_order(starts: list[int], ends: list[int], parents: list[int], has_pa
     n = len(starts)
     if not has_parents and all(map(operator.lt, starts, islice(starts, 1, None))):
         return list(range(n))  # already strictly by start: the common case for scheduled traces
-    return sorted(range(n), key=lambda i: (starts[i], starts[i] - ends[i], parents[i] >= 0, i))
+    keys = sorted(zip(starts, map(operator.sub, starts, ends), map(operator.ge, parents, repeat(0)), range(n)))
+    return list(map(operator.itemgetter(3), keys))
 
 
 def _fits(stack: list[int], start: int, end: int) -> bool:
@@ -923,6 +1051,41 @@ def node_args(node, cleaned: _CleanedArgs | None = None) -> dict[str, Any]:
     else:  # the node's own fields come first and win
         args.update({key: value for key, value in extra.items() if key not in args})
     return args
+
+
+def own_fields(node) -> list[int]:
+    """The OWN_FIELDS `node_args` puts first for this node, in its order (op, the one between, is not one)."""
+    fields = [0]
+    if node.is_comm:
+        fields.append(1)
+        if node.tag is not None:
+            fields.append(2)
+    if node.microbatch is not None:
+        fields.append(3)
+    if node.source:
+        fields.append(4)
+    return fields
+
+
+def node_shape(node, args: dict[str, Any]) -> ArgsShape:
+    """The shape of `args`, the args of `node`: its own fields' values vary, the rest is fixed.
+
+    `node_args` puts the own fields first (with `op` among them, fixed for a shape), and
+    nothing merged later replaces them.
+    """
+    items: list[tuple[str, Any, int]] = [(key, value, -1) for key, value in args.items()]
+    fields = own_fields(node)
+    head = len(fields) + (node.is_comm and node.coll is not None)
+    j = 0
+    for k in range(head):
+        key = items[k][0]
+        if key == "op" and node.is_comm:
+            continue
+        if key != OWN_FIELDS[fields[j]]:
+            raise AssertionError(f"node {node.id}: args {list(args)} do not start with its own fields")
+        items[k] = (key, None, fields[j])
+        j += 1
+    return ArgsShape(items)
 
 
 class _CleanedArgs(dict):

@@ -5,6 +5,9 @@ Same processes, threads, slices, args and flows as the Chrome JSON writer (both 
 schema and `TraceProtoBuilder`; the millions of slice events are framed by hand from bytes
 encoded once (see "slice events" below) and written one process (rank) at a time, so a
 rank's args are built, written and freed before the next rank's (as the JSON writer does).
+A rank with a node list of its own (each rank of a log) encodes its annotations from
+`ArgsRows` (`row_begin_heads`): each args shape's fixed pieces once, its nodes' own fields
+per value, no dict per slice.
 
 Packet stream (one trusted sequence):
 1. a packet that clears incremental state;
@@ -27,6 +30,7 @@ wall-clock or hash order: same trace, same bytes.
 
 from __future__ import annotations
 
+import functools
 import operator
 import struct
 from collections import Counter
@@ -34,6 +38,7 @@ from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
@@ -43,7 +48,8 @@ from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
 from .layout_chrome import (
-    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, Layout, Plan, Process, lookup_encoded, plan_trace, report_iteration,
+    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, OWN_FIELDS, ArgsRows, ArgsShape, Layout, Plan, Process, lookup_encoded,
+    plan_trace, report_iteration, write_parts,
 )
 
 SEQUENCE_ID = 1
@@ -76,9 +82,10 @@ def write_packets(plan: Plan, out: BinaryIO) -> None:
     left = Counter(id(process.layout) for process in plan.processes)  # processes still to write per layout
     for process in plan.processes:
         layout = process.layout
-        events = encoder.process_bytes(process, shared=left[id(layout)] > 1 or "perfetto" in layout.cache)
+        events = encoder.process_parts(process, shared=left[id(layout)] > 1 or "perfetto" in layout.cache)
         out.write(encoder.interning_packet())  # the names this process is first to use, before its events
-        out.write(events)
+        write_parts(out, events)
+        del events
         process.release()  # one process's args at a time (a log has a dict per node)
         left[id(layout)] -= 1
         if not left[id(layout)]:
@@ -151,6 +158,7 @@ def pid_bytes(pid: int) -> bytes:
 
 BEGIN_CACHE_BYTES = 32 << 20  # encoded begins kept for reuse by the next ranks of a layout
 _PLAIN_VALUES = frozenset({str, int})  # arg values whose (key, value) names one encoding (True == 1)
+_COLUMN_VALUES = _PLAIN_VALUES | {type(None)}  # None: a field the slice's args do not have (no dict has None values)
 
 
 class _EventEncoder:
@@ -201,15 +209,23 @@ class _EventEncoder:
 
     def process_bytes(self, process: Process, shared: bool) -> bytes:
         """Every begin and end of a process, framed; `shared`: its layout serves other processes too."""
+        return b"".join(self.process_parts(process, shared))
+
+    def process_parts(self, process: Process, shared: bool) -> list[bytes]:
+        """`process_bytes` in pieces, to be joined (`layout_chrome.write_parts`)."""
         layout = process.layout
         columns = layout.cache.get("perfetto")
         if columns is None:
             columns = layout.cache["perfetto"] = _Columns(layout, self)
         pid = pid_bytes(process.pid)
         if not shared:
-            heads = columns.heads(self, process.names, process.slice_args)
-            return b"".join(self.frame(columns.stamps, heads, pid, columns.tails(self, process)))
-        return b"".join(self.member_parts(columns, process, pid))
+            rows = process.arg_rows()
+            if rows is not None:
+                heads = columns.row_heads(self, process.names, rows)
+            else:
+                heads = columns.heads(self, process.names, process.slice_args)
+            return self.frame(columns.stamps, heads, pid, columns.tails(self, process))
+        return self.member_parts(columns, process, pid)
 
     def member_parts(self, columns: _Columns, process: Process, pid: bytes) -> list[bytes]:
         """A process drawn with a shared layout: the layout's framing (made from its first
@@ -293,6 +309,32 @@ class _EventEncoder:
         self.begins.update(zip(missing, self.new_begins([names[j] for j in new], [args[j] for j in new])))
         return list(map(self.begins.__getitem__, keys))
 
+    def row_begin_heads(self, names: list[str], rows: ArgsRows, positions: list[int]) -> list[bytes]:
+        """`begin_heads` of the begins at these positions (in writing order), from args shapes:
+        each shape's fixed annotations encoded once, the own fields' ones per value."""
+        # in first-use order, each shape's items in order: arg names are interned as the dicts' would be
+        formats = {shape: self.shape_format(shape) for shape in dict.fromkeys(map(rows.shapes.__getitem__, positions))}
+        # per position, as the shapes; a field no shape names is not encoded (that would intern its name)
+        values = [self.annotations.column(key, column) if key in self.arg_names else [b""] * len(column)
+                  for key, column in zip(OWN_FIELDS, rows.columns)]
+        annotations = list(map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values)))
+        return list(map(operator.add, map(annotations.__getitem__, positions), map(self.name_fields.__getitem__, names)))
+
+    def shape_format(self, shape: ArgsShape) -> bytes:
+        """The shape's annotations with a `%b` per own field, a `%.0b` per other field, in OWN_FIELDS order."""
+        parts = []
+        next_field = 0
+        for key, value, f in shape.items:
+            if f < 0:
+                parts.append(self.annotations.fixed(key, value).replace(b"%", b"%%"))
+            else:
+                if key not in self.arg_names:
+                    self.intern_arg_name(key)
+                parts.append(b"%.0b" * (f - next_field) + b"%b")
+                next_field = f + 1
+        parts.append(b"%.0b" * (len(OWN_FIELDS) - next_field))
+        return b"".join(parts)
+
     def new_begins(self, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         self.pinned.extend(args)  # kept while their encodings are: no other dict gets their ids
         heads = list(map(operator.add, self.annotations.many(args), map(self.name_fields.__getitem__, names)))
@@ -355,11 +397,10 @@ class _Columns:
                 events.append((ends[top], slot, len(events), 0, top))
         events.sort()
         self.size = len(events)
+        times, slots, _, kinds, positions = map(list, zip(*events)) if events else ([], [], [], [], [])
         # the timestamp field per event; remembered per layout only (a log's ranks each have their own times)
-        self.stamps = list(map(_Prefixed(b"\x40").__getitem__, [e[0] for e in events]))
-        self.slots = [e[1] for e in events]
-        kinds = [e[3] for e in events]
-        positions = [e[4] for e in events]
+        self.stamps = timestamp_fields(times)
+        self.slots = slots
         self.begin_at = list(compress(count(), kinds))  # event index of each begin
         self.begin_positions = [positions[k] for k in self.begin_at]
         self.begin_event = [0] * len(starts)  # position -> event index of its begin
@@ -369,6 +410,14 @@ class _Columns:
         self.parts: list[bytes] | None = None
         self.reference: tuple[list, list] | None = None
         self.ref_heads: list[bytes] | None = None
+
+    def row_heads(self, encoder: _EventEncoder, names: list[str], rows: ArgsRows) -> list[bytes]:
+        heads = [_END_HEAD] * self.size
+        positions = self.begin_positions
+        begin_heads = encoder.row_begin_heads(list(map(names.__getitem__, positions)), rows, positions)
+        for k, head in zip(self.begin_at, begin_heads):
+            heads[k] = head
+        return heads
 
     def heads(self, encoder: _EventEncoder, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         heads = [_END_HEAD] * self.size
@@ -389,6 +438,38 @@ class _Columns:
         for k, tail in zip(events, flow_tails):
             tails[k] = tail
         return tails
+
+
+def timestamp_fields(times: list[int]) -> list[bytes]:
+    """TracePacket's timestamp field (tag 0x40, then the varint) of each time, encoded by upb in one call.
+
+    A message with one unpacked repeated uint64 field numbered 8 serializes as exactly these
+    fields one after another; each is cut out by its length, known from the value's bit length.
+    """
+    if not times:
+        return []
+    if min(times) < 0 or max(times) >= 1 << 64:  # not a uint64: as varint() has it
+        return [b"\x40" + varint(t) for t in times]
+    column = _TimestampColumn()
+    column.timestamp.extend(times)
+    data = column.SerializeToString()
+    ends = list(accumulate(map(_TIMESTAMP_FIELD_SIZE.__getitem__, map(int.bit_length, times))))
+    return list(map(data.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+
+def _timestamp_column_class():
+    file = descriptor_pb2.FileDescriptorProto(name="et_convert/timestamp_column.proto", package="et_convert",
+                                              syntax="proto2")
+    message = file.message_type.add(name="TimestampColumn")
+    message.field.add(name="timestamp", number=8, type=descriptor_pb2.FieldDescriptorProto.TYPE_UINT64,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED)  # proto2: not packed
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("et_convert.TimestampColumn"))
+
+
+_TimestampColumn = _timestamp_column_class()
+_TIMESTAMP_FIELD_SIZE = [1 + max(1, (bits + 6) // 7) for bits in range(65)]  # tag + varint, by bit length
 
 
 PROCESS_UUID_BASE = 1 << 40  # thread track uuids are their tids (< 2^32): process uuids sit above them
@@ -442,6 +523,7 @@ class _Annotations:
         self.arg_names = arg_names
         self.intern = intern
         self.pieces: dict[tuple[str, Any], bytes] = {}
+        self.field_pieces: dict[str, dict[Any, bytes]] = {}  # see `column`
 
     def __call__(self, args: dict[str, Any]) -> bytes:
         return self.many([args])[0]
@@ -456,6 +538,24 @@ class _Annotations:
         pieces = lookup_encoded(self.pieces, items, items, self.item_piece)
         ends = list(accumulate(map(len, dicts)))
         return list(map(b"".join, map(pieces.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+
+    def fixed(self, key: str, value: Any) -> bytes:
+        """The piece of one (key, value), from the cache when its type names one encoding."""
+        if value.__class__ not in _PLAIN_VALUES:
+            return self.piece(key, value)
+        text = self.pieces.get((key, value))
+        if text is None:
+            text = self.pieces[(key, value)] = self.piece(key, value)
+        return text
+
+    def column(self, key: str, values: list) -> list[bytes]:
+        """The piece of (key, value) for each value; b"" for None (a field the arg does not have)."""
+        if not _COLUMN_VALUES.issuperset(map(type, values)):
+            return [b"" if value is None else self.piece(key, value) for value in values]
+        cache = self.field_pieces.get(key)  # value -> piece: looked up without a (key, value) tuple each
+        if cache is None or len(cache) >= MAX_ANNOTATION_PIECES:
+            cache = self.field_pieces[key] = {None: b""}
+        return lookup_encoded(cache, values, values, functools.partial(self.piece, key))
 
     def unplain(self, args: dict[str, Any]) -> bytes:
         """A dict with a value of another type (bool, float): by its own items."""

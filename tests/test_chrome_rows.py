@@ -1,0 +1,101 @@
+"""Args printed from shapes and own-field columns (`Process.arg_rows`) equal args printed from dicts.
+
+Both writers take the rows path for a rank with a node list of its own (every rank of a log)
+and the dict path otherwise; with rows turned off they must write the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from converters.api import read
+from converters.diagnostics import Diagnostics
+from converters.model import CollType, DisplaySpan, ExecutionTrace, Node, NodeKind, Rank
+from converters.options import Options
+from converters.writers import chrome, perfetto
+from converters.writers.layout_chrome import plan_trace
+from test_chrome import small_trace
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+
+def written(trace, writer, rows: bool, timeline=None) -> bytes:
+    plan = plan_trace(trace, Options(ranks="all"), Diagnostics(), timeline)
+    if not rows:
+        for process in plan.processes:
+            process.make_rows = None
+    out = io.BytesIO()
+    writer.write_plan(plan, out)
+    return out.getvalue()
+
+
+def assert_rows_change_nothing(trace, timeline=None) -> None:
+    plan = plan_trace(trace, Options(ranks="all"), Diagnostics(), timeline)
+    for process in plan.processes:
+        rows = process.arg_rows()
+        if rows is not None:
+            from_rows = [shape.args(values) for shape, values in zip(rows.shapes, zip(*rows.columns))]
+            assert [list(a.items()) for a in from_rows] == [list(a.items()) for a in process.slice_args]
+            assert [list(map(type, a.values())) for a in from_rows] == [list(map(type, a.values())) for a in process.slice_args]
+    for writer in (chrome, perfetto):
+        assert written(trace, writer, True, timeline) == written(trace, writer, False, timeline)
+
+
+def test_rows_are_used_for_ranks_with_their_own_nodes():
+    plan = plan_trace(small_trace(), Options(ranks="all"), Diagnostics())
+    assert all(process.arg_rows() is not None for process in plan.processes)
+
+
+def test_small_trace():
+    assert_rows_change_nothing(small_trace())
+
+
+@pytest.mark.parametrize("sample", ["megatron_rank4_pp_tp2.log", "megatron_tp1_pp2_dp2", "megatron_rank2_moe_scaling.log",
+                                    "pytorch_gloo_4rank", "optimusprime_llama1b_pp8.log"])
+def test_samples(sample):
+    assert_rows_change_nothing(read(SAMPLES / sample, diagnostics=Diagnostics()))
+
+
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), st.sampled_from(["a", "%", "%b", 'q"', ""]),
+                   st.lists(st.integers(0, 3), max_size=2))
+KEYS = st.sampled_from(["stage", "node", "op", "bytes", "tag", "source", "group", "peer", "x%", "wait_ns", 7])
+
+
+@st.composite
+def odd_trace(draw):
+    """Ranks whose nodes share some args dicts, with keys and values of every kind (and keys of the nodes' own fields)."""
+    trace = ExecutionTrace()
+    trace.timing = "measured"
+    ranks = draw(st.integers(1, 3))
+    group = trace.add_group("tp", list(range(ranks)))
+    shared = [draw(st.dictionaries(KEYS, VALUES, max_size=4)) for _ in range(3)]
+    for r in range(ranks):
+        nodes = []
+        for i in range(draw(st.integers(0, 10))):
+            kind = draw(st.sampled_from([NodeKind.COMPUTE, NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV]))
+            node = Node(i + 1, draw(st.sampled_from(["op", "", "a%b"])), kind, duration_ns=draw(st.integers(0, 900)),
+                        start_ns=draw(st.integers(0, 4000)), size=draw(st.sampled_from([0, 4, 1 << 20])),
+                        microbatch=draw(st.one_of(st.none(), st.integers(0, 2), st.booleans())),
+                        source=draw(st.sampled_from([None, "", "f.log:1", 'q"%.log:2'])),
+                        args=draw(st.sampled_from(shared)))
+            if kind == NodeKind.COLLECTIVE:
+                node.coll = draw(st.sampled_from([None, CollType.ALL_REDUCE]))
+                node.group = draw(st.sampled_from([None, group.id]))
+            elif kind != NodeKind.COMPUTE:
+                node.peer = (r + 1) % ranks
+                node.tag = draw(st.sampled_from([None, 0, 5]))
+            nodes.append(node)
+        display = [DisplaySpan("cpu", "launch", 100, 50, {"k": draw(VALUES)}, None)] if draw(st.booleans()) else []
+        trace.ranks[r] = Rank(r, nodes=nodes, coords={"pp": draw(st.integers(0, 1))}, display=display)
+    return trace
+
+
+@settings(max_examples=80, deadline=None)
+@given(odd_trace())
+def test_random_traces(trace):
+    assert_rows_change_nothing(trace)
