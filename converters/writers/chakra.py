@@ -19,6 +19,7 @@ exactly as its files were: same ids, deps, attributes and metadata.
 from __future__ import annotations
 
 import multiprocessing
+import operator
 import os
 import signal
 from dataclasses import replace
@@ -48,6 +49,7 @@ TABLE_KINDS = {
 MEM_KINDS = (NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
 SEND, RECV = NodeKind.SEND, NodeKind.RECV
 VARINTS = [bytes((i,)) for i in range(128)]  # one-byte length prefixes
+MAX_UINT64 = (1 << 64) - 1
 
 
 def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnostics: Diagnostics) -> None:
@@ -197,28 +199,20 @@ def framed(message_bytes: bytes) -> bytes:
 class Template:
     """A node list as bytes: complete framed nodes (runs joined), and holes for comm nodes.
 
-    A hole is (head, group, peer, role, tail, fixed length): the node's encoding is its head,
-    then this rank's pg_name (for `group`), comm_src and comm_dst (for SEND/RECV `role`), then
-    its tail. `nodes` is kept so that its id() stays unique while the template is cached.
+    A hole is (fields, rest): the node's encoding is its fields 1-9, then the attribute
+    entries of `rest` = (entries before, (group, peer, role), entries after, counts) with this
+    rank's pg_name (for `group`), comm_src and comm_dst (for SEND/RECV `role`) in between.
+    `rests` holds each distinct `rest` (by id: they are shared by many nodes), so that a rank
+    makes each one's bytes once. `nodes` is kept so that its id() stays unique while the
+    template is cached.
     """
 
-    __slots__ = ("nodes", "items", "groups", "send_peers", "recv_peers")
+    __slots__ = ("nodes", "items", "rests")
 
     def __init__(self, nodes: list[Node]):
         self.nodes = nodes
         self.items: list = []
-        self.groups: set[int] = set()
-        self.send_peers: set[int | None] = set()
-        self.recv_peers: set[int | None] = set()
-
-    def add_hole(self, head: bytes, group, peer, role, tail: bytes) -> None:
-        if group is not None:
-            self.groups.add(group)
-        if role is SEND:
-            self.send_peers.add(peer)
-        elif role is RECV:
-            self.recv_peers.add(peer)
-        self.items.append((head, group, peer, role, tail, len(head) + len(tail)))
+        self.rests: dict[int, tuple] = {}
 
 
 class RankEncoder:
@@ -240,6 +234,12 @@ class RankEncoder:
         self.pg_cache: dict[int, bytes] = {}
         self.src_cache: dict[int | None, bytes] = {}
         self.dst_cache: dict[int | None, bytes] = {}
+        # encoded once per distinct value: (name, kind) -> fields 2-3; IOInfo; the attributes of a
+        # node without Chakra attributes, by (kind, coll, size, group, peer, tag, microbatch)
+        self.names: dict[tuple, bytes] = {}
+        self.io_cache: dict[tuple, bytes] = {}
+        self.attr_parts: dict[tuple, tuple] = {}
+        self.measured = trace.timing == "measured"
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -271,37 +271,108 @@ class RankEncoder:
         for i, node in enumerate(nodes):
             index.setdefault(node.id, i)
         template = Template(nodes)
+        items, rests = template.items, template.rests
         run: list[bytes] = []
+        encode = self.encode_node
         for i, node in enumerate(nodes):
-            head, hole, tail = self.encode_node(i, node, index)
-            if hole is None:
-                body = head + tail
+            fields, rest = encode(i, node, index)
+            if rest[1] is None:
+                body = fields + rest[0] + rest[2]
                 run.append(varint(len(body)) + body)
                 continue
             if run:
-                template.items.append(b"".join(run))
+                items.append(b"".join(run))
                 run = []
-            group, peer, role = hole
-            template.add_hole(head, group, peer, role, tail)
+            items.append((fields, rest))
+            rests[id(rest)] = rest
         if run:
-            template.items.append(b"".join(run))
+            items.append(b"".join(run))
         self.templates[id(nodes)] = template
         return template
 
-    def encode_node(self, new_id: int, node: Node, index: dict[int, int]):
-        """(head bytes, hole or None, tail bytes) of one node; the hole is (group, peer, role)."""
-        message = pb.Node(id=new_id, name=node.name, type=int(node.kind), data_deps=self.new_deps(node, index),
-                          duration_micros=duration_micros(node))
-        if node.start_ns is not None and self.trace.timing == "measured":
-            message.start_time_micros = max(node.start_ns, 0) // 1000
+    def encode_node(self, new_id: int, node: Node, index: dict[int, int]) -> tuple[bytes, tuple]:
+        """(fields, rest) of one node: its fields 1-9, then `rest` = (attribute entries before the
+        hole, hole or None, entries after it, what they added to the counts); the hole is
+        (group, peer, role).
+
+        The fields are written here (`node_fields`); the rest depends only on a few node values,
+        so it is made once per distinct combination (a measured log repeats a handful of them).
+        """
+        fields = self.node_fields(new_id, node, index)
+        if node.attrs:  # attributes from a Chakra file: rare, and not worth a cache key
+            return fields, (*self.node_attrs(node), (0, 0, 0, 0))
+        key = (node.kind, node.coll, node.size, node.group, node.peer, node.tag, node.microbatch)
+        rest = self.attr_parts.get(key)
+        if rest is None:
+            before = self.counts()
+            rest = self.attr_parts[key] = (*self.node_attrs(node), tuple(map(operator.sub, self.counts(), before)))
+        else:  # the warnings count nodes, not combinations
+            self.count(rest[3])
+        return fields, rest
+
+    def node_fields(self, new_id: int, node: Node, index: dict[int, int]) -> bytes:
+        """Node fields 1-9 (id .. outputs) as protobuf writes them: in field order, each field's
+        tag byte then its value, fields holding 0 (or nothing) left out. Called for every node,
+        hence written out flat."""
+        name_and_type = self.names.get((node.name, node.kind)) or self.name_and_type(node.name, node.kind)
+        deps = node.deps
+        only = index.get(deps[0]) if len(deps) == 1 and not node.ctrl_deps else None
+        if only is not None:  # the common case: one dependency, in the list
+            packed = varint(only)
+        else:
+            deps = self.new_deps(node, index)
+            packed = b"".join(map(varint, deps))
+        start = node.start_ns
+        start = start // 1000 if start is not None and start > 0 and self.measured else 0
+        duration = node.duration_ns
+        micros = -(-duration // 1000) if duration > 0 else 0
+        if micros < 1 and node.kind == NodeKind.COMPUTE:
+            micros = 1  # the old feeder skips a compute node of 0 µs (duration_micros)
+        if start > MAX_UINT64 or micros > MAX_UINT64:
+            return self.node_message(new_id, node, self.new_deps(node, index), start, micros).SerializeToString()
+        out = b"\x08" + varint(new_id) + name_and_type if new_id else name_and_type
+        if packed:
+            out += b"\x2a" + varint(len(packed)) + packed
+        if start:
+            out += b"\x30" + varint(start)
+        if micros:
+            out += b"\x38" + varint(micros)
+        if node.inputs is not None:
+            out += self.io_field(b"\x42", node.inputs)
+        if node.outputs is not None:
+            out += self.io_field(b"\x4a", node.outputs)
+        return out
+
+    def node_message(self, new_id: int, node: Node, deps: list[int], start: int, micros: int) -> pb.Node:
+        """Fields 1-9 as a protobuf message: what `node_fields` writes by hand (tests compare them)."""
+        message = pb.Node(id=new_id, name=node.name, type=int(node.kind), data_deps=deps, duration_micros=micros)
+        if node.start_ns is not None and self.measured:
+            message.start_time_micros = start
         if node.inputs is not None:
             message.inputs.CopyFrom(io_info(node.inputs))
         if node.outputs is not None:
             message.outputs.CopyFrom(io_info(node.outputs))
-        head = message.SerializeToString()
+        return message
+
+    def name_and_type(self, name: str, kind: NodeKind) -> bytes:
+        """Fields 2 and 3, encoded by protobuf once per distinct pair (it checks the UTF-8)."""
+        encoded = self.names.get((name, kind))
+        if encoded is None:
+            encoded = self.names[(name, kind)] = pb.Node(name=name, type=int(kind)).SerializeToString()
+        return encoded
+
+    def io_field(self, key: bytes, values: tuple[str, str, str]) -> bytes:
+        """An IOInfo field (inputs: key 0x42, outputs: 0x4a), once per distinct value."""
+        encoded = self.io_cache.get(values)
+        if encoded is None:
+            encoded = self.io_cache[values] = io_info(values).SerializeToString()
+        return key + varint(len(encoded)) + encoded
+
+    def node_attrs(self, node: Node):
+        """(attribute entries before the hole, hole or None, entries after it) of one node."""
         kind = node.kind
         if kind is NodeKind.COMPUTE and node.microbatch is None and not node.attrs:
-            return head, None, b""  # the common case: nothing more to add
+            return b"", None, b""  # the common case: nothing more to add
         entry = self.attr_entry
         head_attrs: list[bytes] = []
         tail: list[bytes] = []
@@ -336,7 +407,7 @@ class RankEncoder:
         for attr in node.attrs or ():
             if attr.name not in produced:
                 tail.append(self.wire_attr_entry(attr))
-        return head + b"".join(head_attrs), hole, b"".join(tail)
+        return b"".join(head_attrs), hole, b"".join(tail)
 
     def new_deps(self, node: Node, index: dict[int, int]) -> list[int]:
         """deps and ctrl_deps as new ids, each once; edges to nodes not in the list are dropped."""
@@ -357,33 +428,39 @@ class RankEncoder:
         """The rank's file as byte chunks: metadata, then nodes with its own groups and peers."""
         yield framed(self.metadata(rank).SerializeToString())
         template = self.template(rank.nodes)
-        group_map = rank.group_map or {}
-        peer_map = rank.peer_map or {}
-        # this rank's encoded pg_name / comm_src / comm_dst for each representative group and peer
-        pg_of = {g: self.encoded(self.pg_cache, "pg_name", group_map.get(g, g)) for g in template.groups}
-        to_peer = {p: self.encoded(self.dst_cache, "comm_dst", peer_map.get(p, p)) for p in template.send_peers}
-        from_peer = {p: self.encoded(self.src_cache, "comm_src", peer_map.get(p, p)) for p in template.recv_peers}
-        my_src = self.encoded(self.src_cache, "comm_src", rank.rank)
-        my_dst = self.encoded(self.dst_cache, "comm_dst", rank.rank)
+        middles = {key: self.middle(rank, rest) for key, rest in template.rests.items()}
         out: list[bytes] = []
         append, extend = out.append, out.extend
         for item in template.items:
             if item.__class__ is bytes:
                 append(item)
                 continue
-            head, group, peer, role, tail, size = item
-            pg = b"" if group is None else pg_of[group]
-            if role is None:
-                size += len(pg)
-                extend((VARINTS[size] if size < 128 else varint(size), head, pg, tail))
-                continue
-            src, dst = (my_src, to_peer[peer]) if role is SEND else (from_peer[peer], my_dst)
-            size += len(pg) + len(src) + len(dst)
-            extend((VARINTS[size] if size < 128 else varint(size), head, pg, src, dst, tail))
+            fields, rest = item
+            middle = middles[id(rest)]
+            size = len(fields) + len(middle)
+            extend((VARINTS[size] if size < 128 else varint(size), fields, middle))
             if len(out) > 8192:
                 yield b"".join(out)
                 out.clear()
         yield b"".join(out)
+
+    def middle(self, rank: Rank, rest: tuple) -> bytes:
+        """A hole's attribute entries on this rank: its own pg_name, comm_src and comm_dst."""
+        before, (group, peer, role), after, _ = rest
+        if peer is not None and rank.peer_map:
+            peer = rank.peer_map.get(peer, peer)
+        pg = b""
+        if group is not None:
+            pg = self.encoded(self.pg_cache, "pg_name", rank.group_map.get(group, group) if rank.group_map else group)
+        if role is None:
+            return before + pg + after
+        if role is SEND:
+            src = self.encoded(self.src_cache, "comm_src", rank.rank)
+            dst = self.encoded(self.dst_cache, "comm_dst", peer)
+        else:
+            src = self.encoded(self.src_cache, "comm_src", peer)
+            dst = self.encoded(self.dst_cache, "comm_dst", rank.rank)
+        return before + pg + src + dst + after
 
     def encoded(self, cache: dict, name: str, value: int | None) -> bytes:
         """A per-rank attribute (group id or rank), encoded once and then taken from `cache`."""
@@ -421,6 +498,14 @@ class RankEncoder:
 
     def counts(self) -> tuple[int, int, int, int]:
         return self.dropped_deps, self.zero_size, self.untyped, self.no_peer
+
+    def count(self, more: tuple[int, int, int, int]) -> None:
+        """Add to the counts (`more` in the order of `counts`)."""
+        if any(more):
+            self.dropped_deps += more[0]
+            self.zero_size += more[1]
+            self.untyped += more[2]
+            self.no_peer += more[3]
 
     def report(self) -> None:
         report_counts(self.diagnostics, *self.counts())
