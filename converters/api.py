@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 from dataclasses import replace
@@ -19,6 +20,7 @@ from typing import Iterable
 from . import progress
 from .builders.one_rank import demote_one_rank_collectives, warn_if_kept
 from .diagnostics import Diagnostics, UsageError
+from .gc_pause import paused_gc
 from .formats import detect, expand_inputs, input_format, output_format, refuse_overwriting_inputs, resolve
 from .model import ExecutionTrace
 from .options import Options, check
@@ -152,6 +154,23 @@ def convert(
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     paths = _as_paths(inputs)
     refuse_overwriting_inputs(paths, Path(output), output_format(to, Path(output)))
+    with _collector_paused(options):
+        return _convert(paths, output, to, fmt, options, diagnostics)
+
+
+def _collector_paused(options: Options):
+    """The cyclic GC paused for a conversion in this process (and its --jobs workers, forked).
+
+    The model is made of objects that live until the output is written and form no cycles: the
+    collector would only rescan them (0.9 s of a 5 s conversion of benchmark 7's logs to
+    Chakra; the peak memory is the same without it). Reference counting still frees everything.
+    Not with --cluster: the Dask client's event loop makes cyclic garbage all along.
+    """
+    return contextlib.nullcontext() if options.cluster else paused_gc()
+
+
+def _convert(paths: list[Path], output: str | Path, to: str | None, fmt: str, options: Options,
+             diagnostics: Diagnostics) -> ExecutionTrace:
     by_workers = _written_by_workers(paths, fmt, to, Path(output), options)
     if by_workers is not None:
         from . import rank_files
