@@ -66,15 +66,14 @@ def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnost
                 write_file(tmpdir / f"{name}.{rank.rank}.et", verbatim_rank_chunks(rank))
             return
         encoder = RankEncoder(trace, diagnostics)
-        for rank in ranks:  # every graph encoded here, once, so counts do not depend on --jobs
-            encoder.template(rank.nodes)
-        encoder.report()
         jobs = worker_count(options, trace)
         with progress.bar("writing ranks", total=len(ranks)) as bar:
             if jobs <= 1:
-                write_ranks(encoder, ranks, tmpdir, name, bar)
+                counts = write_ranks(encoder, ranks, tmpdir, name, bar)
             else:
-                write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs, bar)
+                counts = write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs, bar)
+        # each distinct node list counted once, whoever encoded it: the warnings do not depend on --jobs
+        report_counts(diagnostics, *map(sum, zip(*counts.values())))
 
 
 def rank_file_job(trace: ExecutionTrace, output_prefix: Path, tmpdir: Path) -> tuple:
@@ -115,11 +114,13 @@ def write_file(path: Path, chunks: Iterable[bytes]) -> None:
         f.writelines(chunks)
 
 
-def write_ranks(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, bar=None) -> None:
+def write_ranks(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, bar=None) -> dict[int, tuple]:
+    """Write the ranks' files; returns the counts of each node list encoded, by the list's id."""
     for rank in ranks:
         write_file(tmpdir / f"{name}.{rank.rank}.et", encoder.rank_chunks(rank))
         if bar is not None:
             bar.advance()
+    return {key: template.counts for key, template in encoder.templates.items()}
 
 
 # Work worth a second process: below this many nodes, starting workers costs more than it saves.
@@ -137,8 +138,10 @@ def worker_count(options: Options, trace: ExecutionTrace) -> int:
 
 
 def write_ranks_in_parallel(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, jobs: int,
-                            bar=None) -> None:
-    """Forked workers write every jobs-th rank each; each file's bytes do not depend on who wrote it.
+                            bar=None) -> dict[int, tuple]:
+    """Forked workers encode and write every jobs-th rank each; each file's bytes do not depend
+    on who wrote it. Returns the counts of each node list encoded, by the list's id (the
+    parent's: forked workers see the same ids); a list two workers encoded is counted once.
 
     The parent counts the finished files for the progress line (workers never draw).
     """
@@ -150,7 +153,10 @@ def write_ranks_in_parallel(encoder: "RankEncoder", ranks: list[Rank], tmpdir: P
             while bar is not None and bar.live and not result.ready():
                 result.wait(0.2)
                 bar.update(sum(1 for _ in tmpdir.glob("*.et")))
-            result.get()
+            counts = {}
+            for share in result.get():
+                counts.update(share)
+            return counts
     finally:
         _shared_state = None
 
@@ -160,9 +166,9 @@ def _leave_ctrl_c_to_the_parent() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _write_share(worker: int) -> None:
+def _write_share(worker: int) -> dict[int, tuple]:
     encoder, ranks, tmpdir, name, jobs = _shared_state
-    write_ranks(encoder, ranks[worker::jobs], tmpdir, name)
+    return write_ranks(encoder, ranks[worker::jobs], tmpdir, name)
 
 
 def used_groups(trace: ExecutionTrace, diagnostics: Diagnostics) -> list[int]:
@@ -207,12 +213,13 @@ class Template:
     template is cached.
     """
 
-    __slots__ = ("nodes", "items", "rests")
+    __slots__ = ("nodes", "items", "rests", "counts")
 
     def __init__(self, nodes: list[Node]):
         self.nodes = nodes
         self.items: list = []
         self.rests: dict[int, tuple] = {}
+        self.counts = (0, 0, 0, 0)  # what encoding the list added to `RankEncoder.counts`
 
 
 class RankEncoder:
@@ -272,6 +279,7 @@ class RankEncoder:
             index.setdefault(node.id, i)
         template = Template(nodes)
         items, rests = template.items, template.rests
+        before = self.counts()
         run: list[bytes] = []
         encode = self.encode_node
         for i, node in enumerate(nodes):
@@ -287,6 +295,7 @@ class RankEncoder:
             rests[id(rest)] = rest
         if run:
             items.append(b"".join(run))
+        template.counts = tuple(map(operator.sub, self.counts(), before))
         self.templates[id(nodes)] = template
         return template
 
