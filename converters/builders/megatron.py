@@ -782,18 +782,21 @@ class _RankBuilder:
             self._add_sub_ops_one_by_one(parent, record, deps, key)
             return
         plan = kinds_plan[1]
-        end_stamps = self.readings[record.file][0] == "end"
+        durations = subs.durations
+        starts = list(map(operator.sub, subs.stamps, durations)) if self.readings[record.file][0] == "end" else subs.stamps
         low, high, origin = record.start_ns, record.end_ns, self.origin
         nodes = self.rank.nodes
         where, parent_id, microbatch = parent.source, parent.id, parent.microbatch
+        collective = NodeKind.COLLECTIVE
         previous = list(deps)
-        for (name, args, coll, group, size), duration, stamp in zip(plan, subs.durations, subs.stamps):
-            start = stamp - duration if end_stamps else stamp
+        for (name, args, coll, group, size), duration, start in zip(plan, durations, starts):
             end = start + duration
             if start < low or end > high:
                 start, end = _clipped(start, end, record, self.diagnostics)
-            node = Node(len(nodes), name, NodeKind.COLLECTIVE, end - start, previous, coll=coll, size=size, group=group,
-                        start_ns=start - origin, parent=parent_id, microbatch=microbatch, source=where, args=args)
+                duration = end - start
+            # positional: Node's fields in order, from id to args (keywords cost more per node)
+            node = Node(len(nodes), name, collective, duration, previous, [], coll, size, group, None, None,
+                        start - origin, "", parent_id, microbatch, where, args)
             nodes.append(node)
             previous = [node.id]
 
