@@ -117,8 +117,14 @@ def write(
         if not trace.metadata.get("chakra.verbatim"):
             demote_one_rank_collectives(trace)
             warn_if_kept(trace, diagnostics)
-        with progress.bar("checking the set before writing it"):
-            _gate_chakra_set(trace, options, diagnostics)
+
+        def gate() -> None:  # run by the writer: while its workers write, when it has any
+            with progress.bar("checking the set before writing it"):
+                _gate_chakra_set(trace, options, diagnostics)
+
+        with progress.bar(f"writing {output} ({fmt.name})"):
+            resolve(fmt.write)(trace, output, options, diagnostics, check=gate)
+        return
     with progress.bar(f"writing {output} ({fmt.name})"):
         resolve(fmt.write)(trace, output, options, diagnostics)
 

@@ -18,13 +18,14 @@ exactly as its files were: same ids, deps, attributes and metadata.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import operator
 import os
 import signal
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import orjson
 
@@ -52,28 +53,46 @@ VARINTS = [bytes((i,)) for i in range(128)]  # one-byte length prefixes
 MAX_UINT64 = (1 << 64) - 1
 
 
-def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnostics: Diagnostics) -> None:
-    """Write every rank's file and, when nodes use groups, the comm_group.json."""
+def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnostics: Diagnostics,
+          check: Callable[[], None] | None = None) -> None:
+    """Write every rank's file and, when nodes use groups, the comm_group.json.
+
+    `check()` (the validator's gate, `converters.api.write`) runs before anything is kept: on a
+    set big enough for forked workers, while they already encode and write the ranks into the
+    temporary folder, which its exception discards (with any folder made for the set, as if
+    nothing had started); otherwise before anything is written.
+    """
     output_prefix = Path(output_prefix)
     name = output_prefix.name
     verbatim = bool(trace.metadata.get("chakra.verbatim"))
     ranks = trace.sorted_ranks()  # gaps in the rank numbers are the validator's to report (api.write)
-    with atomic_set(output_prefix) as tmpdir:
-        groups = sorted(trace.groups) if verbatim else used_groups(trace, diagnostics)
-        _write_comm_groups(trace, groups, tmpdir / f"{name}.comm_group.json")
-        if verbatim:
-            for rank in ranks:
-                write_file(tmpdir / f"{name}.{rank.rank}.et", verbatim_rank_chunks(rank))
-            return
-        encoder = RankEncoder(trace, diagnostics)
-        jobs = worker_count(options, trace)
-        with progress.bar("writing ranks", total=len(ranks)) as bar:
-            if jobs <= 1:
-                counts = write_ranks(encoder, ranks, tmpdir, name, bar)
-            else:
-                counts = write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs, bar)
-        # each distinct node list counted once, whoever encoded it: the warnings do not depend on --jobs
-        report_counts(diagnostics, *map(sum, zip(*counts.values())))
+    jobs = 1 if verbatim else worker_count(options, trace)
+    if check is not None and jobs <= 1:
+        check()
+        check = None
+    parent = output_prefix.parent
+    made = [d for d in (parent, *parent.parents) if not d.exists()] if check is not None else []
+    try:
+        with atomic_set(output_prefix) as tmpdir:
+            if verbatim:
+                _write_comm_groups(trace, sorted(trace.groups), tmpdir / f"{name}.comm_group.json")
+                for rank in ranks:
+                    write_file(tmpdir / f"{name}.{rank.rank}.et", verbatim_rank_chunks(rank))
+                return
+            encoder = RankEncoder(trace, diagnostics)
+            with progress.bar("writing ranks", total=len(ranks)) as bar:
+                if jobs <= 1:
+                    counts = write_ranks(encoder, ranks, tmpdir, name, bar)
+                else:
+                    counts = write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs, bar, check)
+            _write_comm_groups(trace, used_groups(trace, diagnostics), tmpdir / f"{name}.comm_group.json")
+            # each distinct node list counted once, whoever encoded it: the warnings do not depend on --jobs
+            report_counts(diagnostics, *map(sum, zip(*counts.values())))
+    except BaseException:
+        for directory in made:  # deepest first: made by atomic_set
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise
 
 
 def rank_file_job(trace: ExecutionTrace, output_prefix: Path, tmpdir: Path) -> tuple:
@@ -138,18 +157,21 @@ def worker_count(options: Options, trace: ExecutionTrace) -> int:
 
 
 def write_ranks_in_parallel(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, jobs: int,
-                            bar=None) -> dict[int, tuple]:
+                            bar=None, meanwhile: Callable[[], None] | None = None) -> dict[int, tuple]:
     """Forked workers encode and write every jobs-th rank each; each file's bytes do not depend
     on who wrote it. Returns the counts of each node list encoded, by the list's id (the
     parent's: forked workers see the same ids); a list two workers encoded is counted once.
 
-    The parent counts the finished files for the progress line (workers never draw).
+    The parent runs `meanwhile()` once they have started (its exception stops them), then
+    counts the finished files for the progress line (workers never draw).
     """
     global _shared_state
     _shared_state = (encoder, ranks, tmpdir, name, jobs)
     try:
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_leave_ctrl_c_to_the_parent) as pool:
             result = pool.map_async(_write_share, range(jobs))
+            if meanwhile is not None:
+                meanwhile()
             while bar is not None and bar.live and not result.ready():
                 result.wait(0.2)
                 bar.update(sum(1 for _ in tmpdir.glob("*.et")))
