@@ -201,7 +201,7 @@ def used_groups(trace: ExecutionTrace, diagnostics: Diagnostics) -> list[int]:
         key = id(rank.nodes)
         local = per_list.get(key)
         if local is None:
-            local = per_list[key] = {n.group for n in rank.nodes if n.group is not None and n.is_comm}
+            local = per_list[key] = comm_groups(rank.nodes)
         if rank.group_map is None:
             used |= local
         else:
@@ -214,6 +214,12 @@ def used_groups(trace: ExecutionTrace, diagnostics: Diagnostics) -> list[int]:
             "they are missing from comm_group.json", str(unknown[0]), count=len(unknown),
         )
     return sorted(g for g in used if g in trace.groups)
+
+
+def comm_groups(nodes: list[Node]) -> set[int]:
+    """The groups of the communication nodes (the attributes read in C, the nodes in one pass)."""
+    kinds, groups = map(operator.attrgetter("kind"), nodes), map(operator.attrgetter("group"), nodes)
+    return {group for kind, group in zip(kinds, groups) if group is not None and kind in COMM_KINDS}
 
 
 def framed(message_bytes: bytes) -> bytes:
@@ -518,7 +524,9 @@ class RankEncoder:
         """"<id>=<kind>" for the groups this rank's nodes use, so a reader can name them."""
         local = self.local_groups.get(id(rank.nodes))
         if local is None:  # templates keep every node list alive, so its id is not reused
-            local = self.local_groups[id(rank.nodes)] = {n.group for n in rank.nodes if n.group is not None and n.is_comm}
+            # the groups of the template's holes: every comm node with a group has one
+            holes = self.template(rank.nodes).rests.values()
+            local = self.local_groups[id(rank.nodes)] = {rest[1][0] for rest in holes} - {None}
         gmap = rank.group_map or {}
         out = []
         for gid in sorted({gmap.get(g, g) for g in local}):
