@@ -23,6 +23,7 @@ import multiprocessing
 import operator
 import os
 import signal
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -84,6 +85,7 @@ def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnost
                 if jobs <= 1:
                     counts = write_ranks(encoder, ranks, tmpdir, name, bar)
                 else:
+                    encode_shared_lists(encoder, ranks)
                     counts = write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs, bar, check)
             _write_comm_groups(trace, used_groups(trace, diagnostics), tmpdir / f"{name}.comm_group.json")
             # each distinct node list counted once, whoever encoded it: the warnings do not depend on --jobs
@@ -154,6 +156,15 @@ def worker_count(options: Options, trace: ExecutionTrace) -> int:
     if options.jobs is not None:
         return max(1, options.jobs)
     return (os.cpu_count() or 1) if trace.node_count() >= PARALLEL_MIN_NODES else 1
+
+
+def encode_shared_lists(encoder: "RankEncoder", ranks: list[Rank]) -> None:
+    """Encode here the node lists several ranks share (the workers inherit them; each would
+    encode them again otherwise); a rank's own list is encoded by the worker that writes it."""
+    users = Counter(id(rank.nodes) for rank in ranks)
+    for rank in ranks:
+        if users[id(rank.nodes)] > 1:
+            encoder.template(rank.nodes)
 
 
 def write_ranks_in_parallel(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, jobs: int,
@@ -233,20 +244,21 @@ def framed(message_bytes: bytes) -> bytes:
 class Template:
     """A node list as bytes: complete framed nodes (runs joined), and holes for comm nodes.
 
-    A hole is (fields, rest): the node's encoding is its fields 1-9, then the attribute
-    entries of `rest` = (entries before, (group, peer, role), entries after, counts) with this
-    rank's pg_name (for `group`), comm_src and comm_dst (for SEND/RECV `role`) in between.
-    `rests` holds each distinct `rest` (by id: they are shared by many nodes), so that a rank
-    makes each one's bytes once. `nodes` is kept so that its id() stays unique while the
-    template is cached.
+    A hole is (fields, slot): the node's encoding is its fields 1-9, then the attribute
+    entries of `rests[slot]` = (entries before, (group, peer, role), entries after, counts)
+    with this rank's pg_name (for `group`), comm_src and comm_dst (for SEND/RECV `role`) in
+    between. `rests` holds each distinct rest and `holes` each distinct hole (by id: they are
+    shared by many nodes), so that a rank makes each one's bytes once. `nodes` is kept so that
+    its id() stays unique while the template is cached.
     """
 
-    __slots__ = ("nodes", "items", "rests", "counts")
+    __slots__ = ("nodes", "items", "rests", "holes", "counts")
 
     def __init__(self, nodes: list[Node]):
         self.nodes = nodes
         self.items: list = []
-        self.rests: dict[int, tuple] = {}
+        self.rests: list[tuple] = []
+        self.holes: dict[int, tuple] = {}  # the distinct holes of `rests`, by id
         self.counts = (0, 0, 0, 0)  # what encoding the list added to `RankEncoder.counts`
 
 
@@ -274,6 +286,7 @@ class RankEncoder:
         self.names: dict[tuple, bytes] = {}
         self.io_cache: dict[tuple, bytes] = {}
         self.attr_parts: dict[tuple, tuple] = {}
+        self.holes: dict[tuple, tuple] = {}
         self.measured = trace.timing == "measured"
 
     # -- attributes ---------------------------------------------------------------------------
@@ -307,6 +320,7 @@ class RankEncoder:
             index.setdefault(node.id, i)
         template = Template(nodes)
         items, rests = template.items, template.rests
+        slot_of: dict[int, int] = {}  # id of a rest -> its position in `rests`
         before = self.counts()
         run: list[bytes] = []
         encode = self.encode_node
@@ -319,11 +333,15 @@ class RankEncoder:
             if run:
                 items.append(b"".join(run))
                 run = []
-            items.append((fields, rest))
-            rests[id(rest)] = rest
+            slot = slot_of.get(id(rest))
+            if slot is None:
+                slot = slot_of[id(rest)] = len(rests)
+                rests.append(rest)
+            items.append((fields, slot))
         if run:
             items.append(b"".join(run))
         template.counts = tuple(map(operator.sub, self.counts(), before))
+        template.holes = {id(rest[1]): rest[1] for rest in rests}
         self.templates[id(nodes)] = template
         return template
 
@@ -435,6 +453,7 @@ class RankEncoder:
                 produced.add("pg_name")
             if node.group is not None or role is not None:
                 hole = (node.group, node.peer, role)
+                hole = self.holes.setdefault(hole, hole)  # one tuple per distinct hole: rank_chunks keys them by id
         elif kind in MEM_KINDS:
             head_attrs.append(entry("tensor_size", "uint64_val", node.size))
             produced.add("tensor_size")
@@ -465,15 +484,17 @@ class RankEncoder:
         """The rank's file as byte chunks: metadata, then nodes with its own groups and peers."""
         yield framed(self.metadata(rank).SerializeToString())
         template = self.template(rank.nodes)
-        middles = {key: self.middle(rank, rest) for key, rest in template.rests.items()}
+        # this rank's bytes for each distinct hole (a few), then for each distinct rest
+        between = {key: self.hole_bytes(rank, hole) for key, hole in template.holes.items()}
+        middles = [before + between[id(hole)] + after for before, hole, after, _ in template.rests]
         out: list[bytes] = []
         append, extend = out.append, out.extend
         for item in template.items:
             if item.__class__ is bytes:
                 append(item)
                 continue
-            fields, rest = item
-            middle = middles[id(rest)]
+            fields, slot = item
+            middle = middles[slot]
             size = len(fields) + len(middle)
             extend((VARINTS[size] if size < 128 else varint(size), fields, middle))
             if len(out) > 8192:
@@ -481,23 +502,23 @@ class RankEncoder:
                 out.clear()
         yield b"".join(out)
 
-    def middle(self, rank: Rank, rest: tuple) -> bytes:
+    def hole_bytes(self, rank: Rank, hole: tuple) -> bytes:
         """A hole's attribute entries on this rank: its own pg_name, comm_src and comm_dst."""
-        before, (group, peer, role), after, _ = rest
+        group, peer, role = hole
         if peer is not None and rank.peer_map:
             peer = rank.peer_map.get(peer, peer)
         pg = b""
         if group is not None:
             pg = self.encoded(self.pg_cache, "pg_name", rank.group_map.get(group, group) if rank.group_map else group)
         if role is None:
-            return before + pg + after
+            return pg
         if role is SEND:
             src = self.encoded(self.src_cache, "comm_src", rank.rank)
             dst = self.encoded(self.dst_cache, "comm_dst", peer)
         else:
             src = self.encoded(self.src_cache, "comm_src", peer)
             dst = self.encoded(self.dst_cache, "comm_dst", rank.rank)
-        return before + pg + src + dst + after
+        return pg + src + dst
 
     def encoded(self, cache: dict, name: str, value: int | None) -> bytes:
         """A per-rank attribute (group id or rank), encoded once and then taken from `cache`."""
@@ -525,8 +546,8 @@ class RankEncoder:
         local = self.local_groups.get(id(rank.nodes))
         if local is None:  # templates keep every node list alive, so its id is not reused
             # the groups of the template's holes: every comm node with a group has one
-            holes = self.template(rank.nodes).rests.values()
-            local = self.local_groups[id(rank.nodes)] = {rest[1][0] for rest in holes} - {None}
+            holes = self.template(rank.nodes).holes.values()
+            local = self.local_groups[id(rank.nodes)] = {group for group, _, _ in holes} - {None}
         gmap = rank.group_map or {}
         out = []
         for gid in sorted({gmap.get(g, g) for g in local}):
