@@ -8,9 +8,13 @@ member the simulator reads.
 Speed: ranks that share a `nodes` list differ only in group ids and peers, so each shared list
 is turned once into a template of ready-made bytes; per rank only the few attributes that
 name a group, a peer or the rank itself are filled in (from small caches of encoded
-attributes). Messages are encoded by protobuf; only the length prefixes and the joining of
-already-encoded repeated `attr` entries are done here (a Node's encoding is its fields 1-9
-followed by one entry per attribute, so the joined bytes are what protobuf would write).
+attributes). A Node's encoding is its fields 1-9 followed by one entry per attribute, so
+joined parts are what protobuf would write: fields 1-9 are written here (varints; the name,
+type and IOInfo encoded by protobuf once per distinct value), the attribute entries by
+protobuf once per distinct value, and a node's entries once per distinct combination of the
+values they depend on (tests/test_chakra_fast_encode.py compares them with protobuf's).
+On big sets forked workers encode and write the ranks while this process runs the
+validator's gate (`write(..., check=)`).
 
 A trace read from an et-json dump (`trace.metadata["chakra.verbatim"]`) is written back
 exactly as its files were: same ids, deps, attributes and metadata.
