@@ -256,6 +256,11 @@ class RankPart:
     group_uses: list[tuple[str, tuple[int, ...]]]  # local group id i+1 = the i-th (kind, members) used
     assumptions: list[str]
     diagnostics: Diagnostics
+    p2p: list[int]  # positions of the sends and receives in the rank's nodes (a few of them)
+
+    def p2p_nodes(self) -> list[Node]:
+        nodes = self.rank.nodes
+        return [nodes[i] for i in self.p2p]
 
 
 def build_file(survey: FileSurvey, plan: Plan, options: Options) -> list[RankPart]:
@@ -273,7 +278,7 @@ def build_file(survey: FileSurvey, plan: Plan, options: Options) -> list[RankPar
     for rank_id in sorted(by_rank):
         builder = _RankBuilder(plan.layout, plan.readings, plan.tag_stride, Diagnostics())
         rank = builder.build(rank_id, by_rank.pop(rank_id), plan.origins[rank_id])
-        parts.append(RankPart(rank, builder.group_uses, builder.assumptions, builder.diagnostics))
+        parts.append(RankPart(rank, builder.group_uses, builder.assumptions, builder.diagnostics, builder.p2p))
     return parts
 
 
@@ -309,10 +314,10 @@ class Joined:
 def summarize(part: RankPart) -> RankSummary:
     rank = part.rank
     sends, peers = [], set()
-    for node in rank.nodes:
+    for node in part.p2p_nodes():
         if node.kind is NodeKind.SEND:
             sends.append((rank.peer_of(node), node.tag, node.start_ns))
-        if node.kind in (NodeKind.SEND, NodeKind.RECV) and node.peer is not None:
+        if node.peer is not None:
             peers.add(rank.peer_of(node))
     return RankSummary(rank.rank, part.group_uses, part.assumptions, part.diagnostics, sends, peers)
 
@@ -377,7 +382,7 @@ def finish(part: RankPart, joined: Joined) -> Rank:
             if node.group is not None:
                 node.group = ids[node.group]
     if joined.waits:
-        _record_receive_waits(rank, joined.send_starts.get(rank.rank, {}))
+        _record_receive_waits(rank, part.p2p_nodes(), joined.send_starts.get(rank.rank, {}))
     if joined.retime:
         for node in rank.nodes:
             node.start_ns = None
@@ -677,6 +682,7 @@ class _RankBuilder:
     # when they warned of nothing: a log repeats a few sequences in thousands of steps. The reader shares
     # one kinds tuple per sequence, so its id is the key (the value keeps it alive: the id stays its own).
     _sub_plans: dict[tuple, tuple[tuple, list[tuple]]] = field(default_factory=dict)
+    p2p: list[int] = field(default_factory=list)  # positions of the sends and receives made
 
     def build(self, rank_id: int, records: list[OpRecord], origin: int) -> Rank:
         if rank_id >= self.layout.world:
@@ -739,6 +745,7 @@ class _RankBuilder:
                 f"{record.op} on stage {coords['pp']} has no peer stage (pipeline has {self.layout.pp} stages; give --pp)",
             )
         node.kind = kind
+        self.p2p.append(len(self.rank.nodes) - 1)  # the node was just appended
         node.peer = self.layout.rank_of(coords["tp"], coords["dp"], peer_stage)
         node.tag = self.iteration * self.tag_stride + 2 * record.batch + direction
         if not 0 <= node.tag <= MAX_TAG:
@@ -775,18 +782,21 @@ class _RankBuilder:
             self._add_sub_ops_one_by_one(parent, record, deps, key)
             return
         plan = kinds_plan[1]
-        end_stamps = self.readings[record.file][0] == "end"
+        durations = subs.durations
+        starts = list(map(operator.sub, subs.stamps, durations)) if self.readings[record.file][0] == "end" else subs.stamps
         low, high, origin = record.start_ns, record.end_ns, self.origin
         nodes = self.rank.nodes
         where, parent_id, microbatch = parent.source, parent.id, parent.microbatch
+        collective = NodeKind.COLLECTIVE
         previous = list(deps)
-        for (name, args, coll, group, size), duration, stamp in zip(plan, subs.durations, subs.stamps):
-            start = stamp - duration if end_stamps else stamp
+        for (name, args, coll, group, size), duration, start in zip(plan, durations, starts):
             end = start + duration
             if start < low or end > high:
                 start, end = _clipped(start, end, record, self.diagnostics)
-            node = Node(len(nodes), name, NodeKind.COLLECTIVE, end - start, previous, coll=coll, size=size, group=group,
-                        start_ns=start - origin, parent=parent_id, microbatch=microbatch, source=where, args=args)
+                duration = end - start
+            # positional: Node's fields in order, from id to args (keywords cost more per node)
+            node = Node(len(nodes), name, collective, duration, previous, [], coll, size, group, None, None,
+                        start - origin, "", parent_id, microbatch, where, args)
             nodes.append(node)
             previous = [node.id]
 
@@ -954,17 +964,17 @@ def _send_starts(summaries: list[RankSummary]) -> dict[int, dict[tuple, int | No
     return dict(out)
 
 
-def _record_receive_waits(rank: Rank, send_starts: dict[tuple, int | None]) -> None:
+def _record_receive_waits(rank: Rank, p2p: list[Node], send_starts: dict[tuple, int | None]) -> None:
     """How long each receive waited for its peer (args wait_ns), so a long receive reads as a bubble.
 
     With the sender in the set: the time from the receive's start to the send's start. Without
     it: the receive's duration minus the fastest send of the same size on this rank (an estimate).
     """
     fastest: dict[int, int] = {}
-    for node in rank.nodes:
+    for node in p2p:  # the rank's sends and receives, in node order
         if node.kind == NodeKind.SEND:
             fastest[node.size] = min(fastest.get(node.size, node.duration_ns), node.duration_ns)
-    for node in rank.nodes:
+    for node in p2p:
         if node.kind != NodeKind.RECV or node.start_ns is None:
             continue
         send_start = send_starts.get((rank.peer_of(node), node.tag))

@@ -20,6 +20,8 @@ dump is written as it was (and gated by the validator like any input).
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from ..diagnostics import Diagnostics
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
 
@@ -39,8 +41,19 @@ def one_rank_collectives(trace: ExecutionTrace, nodes: list[Node], rank: Rank) -
     Ranks sharing a node list have groups of the same kinds and sizes, so any of them answers
     for all. A group the trace does not define is left to the validator (E020).
     """
-    return [i for i, node in enumerate(nodes)
-            if node.kind is NodeKind.COLLECTIVE and trace.group_size(rank.group_of(node)) == 1]
+    singles = one_member_groups(trace)
+    if not singles:
+        return []  # the usual case: no node needs a look (a measured set has hundreds of thousands)
+    group_of = rank.group_of
+    return [i for i, node in enumerate(nodes) if node.kind is NodeKind.COLLECTIVE and group_of(node) in singles]
+
+
+def one_member_groups(trace: ExecutionTrace) -> set[int | None]:
+    """The group ids whose `trace.group_size` is 1 (None: a world of one rank)."""
+    singles: set[int | None] = {gid for gid, group in trace.groups.items() if len(group.members) == 1}
+    if trace.group_size(None) == 1:
+        singles.add(None)
+    return singles
 
 
 def gathers_too_small(trace: ExecutionTrace, nodes: list[Node], rank: Rank) -> list[int]:
@@ -50,8 +63,11 @@ def gathers_too_small(trace: ExecutionTrace, nodes: list[Node], rank: Rank) -> l
     and the simulator loops forever (seen on both builds: 3 B in a group of 4, 1 B in a group of 2).
     """
     out = []
-    for i, node in enumerate(nodes):
-        if node.kind is NodeKind.COLLECTIVE and node.coll is CollType.ALL_GATHER and node.size > 0:
+    gather = CollType.ALL_GATHER
+    # the collective types alone first (attribute reads in C): all-gathers are a few of the nodes
+    for i in [i for i, coll in enumerate(map(attrgetter("coll"), nodes)) if coll is gather]:
+        node = nodes[i]
+        if node.kind is NodeKind.COLLECTIVE and node.size > 0:
             members = trace.group_size(rank.group_of(node))
             if members is not None and node.size < members:
                 out.append(i)
@@ -63,7 +79,7 @@ def demote_one_rank_collectives(trace: ExecutionTrace) -> int:
 
     The count is kept in `trace.metadata[KEPT]` (summed over calls) for `warn_if_kept`.
     """
-    if trace.group_size(None) != 1 and all(len(group.members) != 1 for group in trace.groups.values()):
+    if not one_member_groups(trace):
         return 0  # no group has one member: no node needs a look (a measured set has millions)
     changed = 0
     first_source = ""

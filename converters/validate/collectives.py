@@ -38,9 +38,11 @@ def check_collectives(ctx: Context) -> list[Finding]:
             if code is None:
                 code = interned[key] = len(described)
                 described.append(key)
-            keys, indices = by_rep.setdefault(node.group, ([], []))
-            keys.append(code)
-            indices.append(i)
+            lists = by_rep.get(node.group)
+            if lists is None:  # (not setdefault: its default would be two new lists per node)
+                lists = by_rep[node.group] = ([], [])
+            lists[0].append(code)
+            lists[1].append(i)
         frozen = {rep: _Seq(tuple(k), ix, nodes) for rep, (k, ix) in by_rep.items()}
         for rank in shared.ranks:
             for rep, seq in frozen.items():

@@ -165,14 +165,21 @@ def recorded_metadata(trace: ExecutionTrace, name: str):
 def _index_comm(entry: SharedList) -> None:
     """Indices of the comm nodes, in the order a simulator issues them (ascending node id)."""
     nodes = entry.nodes
-    ids = [n.id for n in nodes]
-    kinds = [n.kind for n in nodes]
+    ids = list(map(operator.attrgetter("id"), nodes))
+    kinds = list(map(operator.attrgetter("kind"), nodes))
     in_id_order = all(map(operator.lt, ids, islice(ids, 1, None)))
-    order = range(len(nodes)) if in_id_order else sorted(range(len(nodes)), key=lambda i: (ids[i], i))
     entry.ids, entry.in_id_order = ids, in_id_order
-    entry.sends = [i for i in order if kinds[i] == NodeKind.SEND]
-    entry.recvs = [i for i in order if kinds[i] == NodeKind.RECV]
-    entry.colls = [i for i in order if kinds[i] == NodeKind.COLLECTIVE]
+    if not in_id_order:
+        order = sorted(range(len(nodes)), key=lambda i: (ids[i], i))
+        kinds = [kinds[i] for i in order]
+    else:
+        order = range(len(nodes))
+    positions: dict[NodeKind, list[int]] = {NodeKind.SEND: [], NodeKind.RECV: [], NodeKind.COLLECTIVE: []}
+    for i, kind in zip(order, kinds):  # one pass; the other kinds are looked up and left
+        found = positions.get(kind)
+        if found is not None:
+            found.append(i)
+    entry.sends, entry.recvs, entry.colls = positions.values()
 
 
 def _rank_list_or_none(recorded) -> frozenset[int] | None:

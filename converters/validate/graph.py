@@ -8,8 +8,8 @@ a broken 1024-rank set gives a readable list rather than millions of lines.
 from __future__ import annotations
 
 from collections import deque
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, compress
+from operator import attrgetter, lt
 
 from .context import Context, SharedList
 from .findings import Finding
@@ -39,7 +39,8 @@ def _clean_fast(shared: SharedList) -> bool:
     deps = list(map(attrgetter("deps"), nodes))
     if not set(chain.from_iterable(deps)) <= set(ids):
         return False
-    return all(max(d) < i for d, i in zip(deps, ids) if d)
+    has_deps = list(map(bool, deps))  # each node with dependencies: its latest one comes before it
+    return all(map(lt, map(max, compress(deps, has_deps)), compress(ids, has_deps)))
 
 
 def _check_list(ctx: Context, shared: SharedList) -> list[Finding]:

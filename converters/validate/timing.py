@@ -70,13 +70,12 @@ def _overlaps(ctx: Context, shared: SharedList) -> list[Finding]:
             f'{shared.who()}: "{b.name}" starts {_ms(overlap)} before "{a.name}" ends{more}; '
             "is the timestamp an end time (start = timestamp − duration)?",
             ranks=shared.rank_ids, node=b, rank=rank))
-    by_id = {n.id: n for n in nodes}
-    outside = [n for n in nodes if n.parent is not None and n.parent in by_id and _outside(n, by_id[n.parent])]
+    outside = _outside_parents(nodes)
     if outside:
-        n = outside[0]
+        n = outside[0][0]
         findings.append(ctx.find(
             "W061", CHECK,
-            f'{shared.who()}: sub-operation lies outside its step "{by_id[n.parent].name}"'
+            f'{shared.who()}: sub-operation lies outside its step "{outside[0][1].name}"'
             + (f" ({len(outside)} like it)" if len(outside) > 1 else ""),
             ranks=shared.rank_ids, node=n, rank=rank))
     return findings
@@ -87,9 +86,22 @@ def _fused_halves(a: Node, b: Node) -> bool:
             and a.start_ns == b.start_ns and a.duration_ns == b.duration_ns)
 
 
-def _outside(node: Node, parent: Node) -> bool:
-    return (node.start_ns < parent.start_ns - TOLERANCE_NS
-            or node.start_ns + node.duration_ns > parent.start_ns + parent.duration_ns + TOLERANCE_NS)
+def _outside_parents(nodes: list[Node]) -> list[tuple[Node, Node]]:
+    """(sub-operation, its step) for each sub-operation that lies outside its step (a loop over
+    every sub-operation of a measured log: written out flat)."""
+    by_id = {n.id: n for n in nodes}
+    out = []
+    for node in nodes:
+        if node.parent is None:
+            continue
+        parent = by_id.get(node.parent)
+        if parent is None:
+            continue
+        start = node.start_ns
+        if (start < parent.start_ns - TOLERANCE_NS
+                or start + node.duration_ns > parent.start_ns + parent.duration_ns + TOLERANCE_NS):
+            out.append((node, parent))
+    return out
 
 
 def _receives_after_sends(ctx: Context) -> list[Finding]:
@@ -158,10 +170,10 @@ def _bandwidth(ctx: Context) -> list[Finding]:
             n = nodes[i]
             if n.duration_ns <= 0 or n.size <= 0 or n.start_ns is None:
                 continue
-            if n.kind == NodeKind.COLLECTIVE and _group_size(ctx, shared.ranks[0].group_of(n)) <= 1:
-                continue  # a one-member collective moves nothing
             gbps = n.size / n.duration_ns
             if gbps > MAX_GBPS:
+                if n.kind == NodeKind.COLLECTIVE and _group_size(ctx, shared.ranks[0].group_of(n)) <= 1:
+                    continue  # a one-member collective moves nothing
                 count += len(shared.ranks)
                 if first is None:
                     first, first_rank, best = n, shared.ranks[0], gbps

@@ -8,9 +8,13 @@ member the simulator reads.
 Speed: ranks that share a `nodes` list differ only in group ids and peers, so each shared list
 is turned once into a template of ready-made bytes; per rank only the few attributes that
 name a group, a peer or the rank itself are filled in (from small caches of encoded
-attributes). Messages are encoded by protobuf; only the length prefixes and the joining of
-already-encoded repeated `attr` entries are done here (a Node's encoding is its fields 1-9
-followed by one entry per attribute, so the joined bytes are what protobuf would write).
+attributes). A Node's encoding is its fields 1-9 followed by one entry per attribute, so
+joined parts are what protobuf would write: fields 1-9 are written here (varints; the name,
+type and IOInfo encoded by protobuf once per distinct value), the attribute entries by
+protobuf once per distinct value, and a node's entries once per distinct combination of the
+values they depend on (tests/test_chakra_fast_encode.py compares them with protobuf's).
+On big sets forked workers encode and write the ranks while this process runs the
+validator's gate (`write(..., check=)`).
 
 A trace read from an et-json dump (`trace.metadata["chakra.verbatim"]`) is written back
 exactly as its files were: same ids, deps, attributes and metadata.
@@ -18,12 +22,15 @@ exactly as its files were: same ids, deps, attributes and metadata.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import operator
 import os
 import signal
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import orjson
 
@@ -48,31 +55,50 @@ TABLE_KINDS = {
 MEM_KINDS = (NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
 SEND, RECV = NodeKind.SEND, NodeKind.RECV
 VARINTS = [bytes((i,)) for i in range(128)]  # one-byte length prefixes
+MAX_UINT64 = (1 << 64) - 1
 
 
-def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnostics: Diagnostics) -> None:
-    """Write every rank's file and, when nodes use groups, the comm_group.json."""
+def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnostics: Diagnostics,
+          check: Callable[[], None] | None = None) -> None:
+    """Write every rank's file and, when nodes use groups, the comm_group.json.
+
+    `check()` (the validator's gate, `converters.api.write`) runs before anything is kept: on a
+    set big enough for forked workers, while they already encode and write the ranks into the
+    temporary folder, which its exception discards (with any folder made for the set, as if
+    nothing had started); otherwise before anything is written.
+    """
     output_prefix = Path(output_prefix)
     name = output_prefix.name
     verbatim = bool(trace.metadata.get("chakra.verbatim"))
     ranks = trace.sorted_ranks()  # gaps in the rank numbers are the validator's to report (api.write)
-    with atomic_set(output_prefix) as tmpdir:
-        groups = sorted(trace.groups) if verbatim else used_groups(trace, diagnostics)
-        _write_comm_groups(trace, groups, tmpdir / f"{name}.comm_group.json")
-        if verbatim:
-            for rank in ranks:
-                write_file(tmpdir / f"{name}.{rank.rank}.et", verbatim_rank_chunks(rank))
-            return
-        encoder = RankEncoder(trace, diagnostics)
-        for rank in ranks:  # every graph encoded here, once, so counts do not depend on --jobs
-            encoder.template(rank.nodes)
-        encoder.report()
-        jobs = worker_count(options, trace)
-        with progress.bar("writing ranks", total=len(ranks)) as bar:
-            if jobs <= 1:
-                write_ranks(encoder, ranks, tmpdir, name, bar)
-            else:
-                write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs, bar)
+    jobs = 1 if verbatim else worker_count(options, trace)
+    if check is not None and jobs <= 1:
+        check()
+        check = None
+    parent = output_prefix.parent
+    made = [d for d in (parent, *parent.parents) if not d.exists()] if check is not None else []
+    try:
+        with atomic_set(output_prefix) as tmpdir:
+            if verbatim:
+                _write_comm_groups(trace, sorted(trace.groups), tmpdir / f"{name}.comm_group.json")
+                for rank in ranks:
+                    write_file(tmpdir / f"{name}.{rank.rank}.et", verbatim_rank_chunks(rank))
+                return
+            encoder = RankEncoder(trace, diagnostics)
+            with progress.bar("writing ranks", total=len(ranks)) as bar:
+                if jobs <= 1:
+                    counts = write_ranks(encoder, ranks, tmpdir, name, bar)
+                else:
+                    encode_shared_lists(encoder, ranks)
+                    counts = write_ranks_in_parallel(encoder, ranks, tmpdir, name, jobs, bar, check)
+            _write_comm_groups(trace, used_groups(trace, diagnostics), tmpdir / f"{name}.comm_group.json")
+            # each distinct node list counted once, whoever encoded it: the warnings do not depend on --jobs
+            report_counts(diagnostics, *map(sum, zip(*counts.values())))
+    except BaseException:
+        for directory in made:  # deepest first: made by atomic_set
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise
 
 
 def rank_file_job(trace: ExecutionTrace, output_prefix: Path, tmpdir: Path) -> tuple:
@@ -113,11 +139,13 @@ def write_file(path: Path, chunks: Iterable[bytes]) -> None:
         f.writelines(chunks)
 
 
-def write_ranks(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, bar=None) -> None:
+def write_ranks(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, bar=None) -> dict[int, tuple]:
+    """Write the ranks' files; returns the counts of each node list encoded, by the list's id."""
     for rank in ranks:
         write_file(tmpdir / f"{name}.{rank.rank}.et", encoder.rank_chunks(rank))
         if bar is not None:
             bar.advance()
+    return {key: template.counts for key, template in encoder.templates.items()}
 
 
 # Work worth a second process: below this many nodes, starting workers costs more than it saves.
@@ -134,21 +162,38 @@ def worker_count(options: Options, trace: ExecutionTrace) -> int:
     return (os.cpu_count() or 1) if trace.node_count() >= PARALLEL_MIN_NODES else 1
 
 
-def write_ranks_in_parallel(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, jobs: int,
-                            bar=None) -> None:
-    """Forked workers write every jobs-th rank each; each file's bytes do not depend on who wrote it.
+def encode_shared_lists(encoder: "RankEncoder", ranks: list[Rank]) -> None:
+    """Encode here the node lists several ranks share (the workers inherit them; each would
+    encode them again otherwise); a rank's own list is encoded by the worker that writes it."""
+    users = Counter(id(rank.nodes) for rank in ranks)
+    for rank in ranks:
+        if users[id(rank.nodes)] > 1:
+            encoder.template(rank.nodes)
 
-    The parent counts the finished files for the progress line (workers never draw).
+
+def write_ranks_in_parallel(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: str, jobs: int,
+                            bar=None, meanwhile: Callable[[], None] | None = None) -> dict[int, tuple]:
+    """Forked workers encode and write every jobs-th rank each; each file's bytes do not depend
+    on who wrote it. Returns the counts of each node list encoded, by the list's id (the
+    parent's: forked workers see the same ids); a list two workers encoded is counted once.
+
+    The parent runs `meanwhile()` once they have started (its exception stops them), then
+    counts the finished files for the progress line (workers never draw).
     """
     global _shared_state
     _shared_state = (encoder, ranks, tmpdir, name, jobs)
     try:
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_leave_ctrl_c_to_the_parent) as pool:
             result = pool.map_async(_write_share, range(jobs))
+            if meanwhile is not None:
+                meanwhile()
             while bar is not None and bar.live and not result.ready():
                 result.wait(0.2)
                 bar.update(sum(1 for _ in tmpdir.glob("*.et")))
-            result.get()
+            counts = {}
+            for share in result.get():
+                counts.update(share)
+            return counts
     finally:
         _shared_state = None
 
@@ -158,9 +203,9 @@ def _leave_ctrl_c_to_the_parent() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _write_share(worker: int) -> None:
+def _write_share(worker: int) -> dict[int, tuple]:
     encoder, ranks, tmpdir, name, jobs = _shared_state
-    write_ranks(encoder, ranks[worker::jobs], tmpdir, name)
+    return write_ranks(encoder, ranks[worker::jobs], tmpdir, name)
 
 
 def used_groups(trace: ExecutionTrace, diagnostics: Diagnostics) -> list[int]:
@@ -171,7 +216,7 @@ def used_groups(trace: ExecutionTrace, diagnostics: Diagnostics) -> list[int]:
         key = id(rank.nodes)
         local = per_list.get(key)
         if local is None:
-            local = per_list[key] = {n.group for n in rank.nodes if n.group is not None and n.is_comm}
+            local = per_list[key] = comm_groups(rank.nodes)
         if rank.group_map is None:
             used |= local
         else:
@@ -186,6 +231,12 @@ def used_groups(trace: ExecutionTrace, diagnostics: Diagnostics) -> list[int]:
     return sorted(g for g in used if g in trace.groups)
 
 
+def comm_groups(nodes: list[Node]) -> set[int]:
+    """The groups of the communication nodes (the attributes read in C, the nodes in one pass)."""
+    kinds, groups = map(operator.attrgetter("kind"), nodes), map(operator.attrgetter("group"), nodes)
+    return {group for kind, group in zip(kinds, groups) if group is not None and kind in COMM_KINDS}
+
+
 def framed(message_bytes: bytes) -> bytes:
     return varint(len(message_bytes)) + message_bytes
 
@@ -197,28 +248,22 @@ def framed(message_bytes: bytes) -> bytes:
 class Template:
     """A node list as bytes: complete framed nodes (runs joined), and holes for comm nodes.
 
-    A hole is (head, group, peer, role, tail, fixed length): the node's encoding is its head,
-    then this rank's pg_name (for `group`), comm_src and comm_dst (for SEND/RECV `role`), then
-    its tail. `nodes` is kept so that its id() stays unique while the template is cached.
+    A hole is (fields, slot): the node's encoding is its fields 1-9, then the attribute
+    entries of `rests[slot]` = (entries before, (group, peer, role), entries after, counts)
+    with this rank's pg_name (for `group`), comm_src and comm_dst (for SEND/RECV `role`) in
+    between. `rests` holds each distinct rest and `holes` each distinct hole (by id: they are
+    shared by many nodes), so that a rank makes each one's bytes once. `nodes` is kept so that
+    its id() stays unique while the template is cached.
     """
 
-    __slots__ = ("nodes", "items", "groups", "send_peers", "recv_peers")
+    __slots__ = ("nodes", "items", "rests", "holes", "counts")
 
     def __init__(self, nodes: list[Node]):
         self.nodes = nodes
         self.items: list = []
-        self.groups: set[int] = set()
-        self.send_peers: set[int | None] = set()
-        self.recv_peers: set[int | None] = set()
-
-    def add_hole(self, head: bytes, group, peer, role, tail: bytes) -> None:
-        if group is not None:
-            self.groups.add(group)
-        if role is SEND:
-            self.send_peers.add(peer)
-        elif role is RECV:
-            self.recv_peers.add(peer)
-        self.items.append((head, group, peer, role, tail, len(head) + len(tail)))
+        self.rests: list[tuple] = []
+        self.holes: dict[int, tuple] = {}  # the distinct holes of `rests`, by id
+        self.counts = (0, 0, 0, 0)  # what encoding the list added to `RankEncoder.counts`
 
 
 class RankEncoder:
@@ -240,6 +285,13 @@ class RankEncoder:
         self.pg_cache: dict[int, bytes] = {}
         self.src_cache: dict[int | None, bytes] = {}
         self.dst_cache: dict[int | None, bytes] = {}
+        # encoded once per distinct value: (name, kind) -> fields 2-3; IOInfo; the attributes of a
+        # node without Chakra attributes, by (kind, coll, size, group, peer, tag, microbatch)
+        self.names: dict[tuple, bytes] = {}
+        self.io_cache: dict[tuple, bytes] = {}
+        self.attr_parts: dict[tuple, tuple] = {}
+        self.holes: dict[tuple, tuple] = {}
+        self.measured = trace.timing == "measured"
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -271,37 +323,115 @@ class RankEncoder:
         for i, node in enumerate(nodes):
             index.setdefault(node.id, i)
         template = Template(nodes)
+        items, rests = template.items, template.rests
+        slot_of: dict[int, int] = {}  # id of a rest -> its position in `rests`
+        before = self.counts()
         run: list[bytes] = []
+        encode = self.encode_node
         for i, node in enumerate(nodes):
-            head, hole, tail = self.encode_node(i, node, index)
-            if hole is None:
-                body = head + tail
+            fields, rest = encode(i, node, index)
+            if rest[1] is None:
+                body = fields + rest[0] + rest[2]
                 run.append(varint(len(body)) + body)
                 continue
             if run:
-                template.items.append(b"".join(run))
+                items.append(b"".join(run))
                 run = []
-            group, peer, role = hole
-            template.add_hole(head, group, peer, role, tail)
+            slot = slot_of.get(id(rest))
+            if slot is None:
+                slot = slot_of[id(rest)] = len(rests)
+                rests.append(rest)
+            items.append((fields, slot))
         if run:
-            template.items.append(b"".join(run))
+            items.append(b"".join(run))
+        template.counts = tuple(map(operator.sub, self.counts(), before))
+        template.holes = {id(rest[1]): rest[1] for rest in rests}
         self.templates[id(nodes)] = template
         return template
 
-    def encode_node(self, new_id: int, node: Node, index: dict[int, int]):
-        """(head bytes, hole or None, tail bytes) of one node; the hole is (group, peer, role)."""
-        message = pb.Node(id=new_id, name=node.name, type=int(node.kind), data_deps=self.new_deps(node, index),
-                          duration_micros=duration_micros(node))
-        if node.start_ns is not None and self.trace.timing == "measured":
-            message.start_time_micros = max(node.start_ns, 0) // 1000
+    def encode_node(self, new_id: int, node: Node, index: dict[int, int]) -> tuple[bytes, tuple]:
+        """(fields, rest) of one node: its fields 1-9, then `rest` = (attribute entries before the
+        hole, hole or None, entries after it, what they added to the counts); the hole is
+        (group, peer, role).
+
+        The fields are written here (`node_fields`); the rest depends only on a few node values,
+        so it is made once per distinct combination (a measured log repeats a handful of them).
+        """
+        fields = self.node_fields(new_id, node, index)
+        if node.attrs:  # attributes from a Chakra file: rare, and not worth a cache key
+            return fields, (*self.node_attrs(node), (0, 0, 0, 0))
+        key = (node.kind, node.coll, node.size, node.group, node.peer, node.tag, node.microbatch)
+        rest = self.attr_parts.get(key)
+        if rest is None:
+            before = self.counts()
+            rest = self.attr_parts[key] = (*self.node_attrs(node), tuple(map(operator.sub, self.counts(), before)))
+        else:  # the warnings count nodes, not combinations
+            self.count(rest[3])
+        return fields, rest
+
+    def node_fields(self, new_id: int, node: Node, index: dict[int, int]) -> bytes:
+        """Node fields 1-9 (id .. outputs) as protobuf writes them: in field order, each field's
+        tag byte then its value, fields holding 0 (or nothing) left out. Called for every node,
+        hence written out flat."""
+        name_and_type = self.names.get((node.name, node.kind)) or self.name_and_type(node.name, node.kind)
+        deps = node.deps
+        only = index.get(deps[0]) if len(deps) == 1 and not node.ctrl_deps else None
+        if only is not None:  # the common case: one dependency, in the list
+            packed = varint(only)
+        else:
+            deps = self.new_deps(node, index)
+            packed = b"".join(map(varint, deps))
+        start = node.start_ns
+        start = start // 1000 if start is not None and start > 0 and self.measured else 0
+        duration = node.duration_ns
+        micros = -(-duration // 1000) if duration > 0 else 0
+        if micros < 1 and node.kind == NodeKind.COMPUTE:
+            micros = 1  # the old feeder skips a compute node of 0 µs (duration_micros)
+        if start > MAX_UINT64 or micros > MAX_UINT64:
+            return self.node_message(new_id, node, self.new_deps(node, index), start, micros).SerializeToString()
+        out = b"\x08" + varint(new_id) + name_and_type if new_id else name_and_type
+        if packed:
+            out += b"\x2a" + varint(len(packed)) + packed
+        if start:
+            out += b"\x30" + varint(start)
+        if micros:
+            out += b"\x38" + varint(micros)
+        if node.inputs is not None:
+            out += self.io_field(b"\x42", node.inputs)
+        if node.outputs is not None:
+            out += self.io_field(b"\x4a", node.outputs)
+        return out
+
+    def node_message(self, new_id: int, node: Node, deps: list[int], start: int, micros: int) -> pb.Node:
+        """Fields 1-9 as a protobuf message: what `node_fields` writes by hand (tests compare them)."""
+        message = pb.Node(id=new_id, name=node.name, type=int(node.kind), data_deps=deps, duration_micros=micros)
+        if node.start_ns is not None and self.measured:
+            message.start_time_micros = start
         if node.inputs is not None:
             message.inputs.CopyFrom(io_info(node.inputs))
         if node.outputs is not None:
             message.outputs.CopyFrom(io_info(node.outputs))
-        head = message.SerializeToString()
+        return message
+
+    def name_and_type(self, name: str, kind: NodeKind) -> bytes:
+        """Fields 2 and 3, encoded by protobuf once per distinct pair (it checks the UTF-8)."""
+        encoded = self.names.get((name, kind))
+        if encoded is None:
+            encoded = self.names[(name, kind)] = pb.Node(name=name, type=int(kind)).SerializeToString()
+        return encoded
+
+    def io_field(self, key: bytes, values: tuple[str, str, str]) -> bytes:
+        """An IOInfo field (inputs: key 0x42, outputs: 0x4a), once per distinct value."""
+        encoded = self.io_cache.get(values)
+        if encoded is None:
+            encoded = self.io_cache[values] = io_info(values).SerializeToString()
+        return key + varint(len(encoded)) + encoded
+
+    def node_attrs(self, node: Node):
+        """(attribute entries before the hole, hole or None, entries after it) of one node."""
         kind = node.kind
         if kind is NodeKind.COMPUTE and node.microbatch is None and not node.attrs:
-            return head, None, b""  # the common case: nothing more to add
+            return b"", None, b""  # the common case: nothing more to add
         entry = self.attr_entry
         head_attrs: list[bytes] = []
         tail: list[bytes] = []
@@ -327,6 +457,7 @@ class RankEncoder:
                 produced.add("pg_name")
             if node.group is not None or role is not None:
                 hole = (node.group, node.peer, role)
+                hole = self.holes.setdefault(hole, hole)  # one tuple per distinct hole: rank_chunks keys them by id
         elif kind in MEM_KINDS:
             head_attrs.append(entry("tensor_size", "uint64_val", node.size))
             produced.add("tensor_size")
@@ -336,7 +467,7 @@ class RankEncoder:
         for attr in node.attrs or ():
             if attr.name not in produced:
                 tail.append(self.wire_attr_entry(attr))
-        return head + b"".join(head_attrs), hole, b"".join(tail)
+        return b"".join(head_attrs), hole, b"".join(tail)
 
     def new_deps(self, node: Node, index: dict[int, int]) -> list[int]:
         """deps and ctrl_deps as new ids, each once; edges to nodes not in the list are dropped."""
@@ -357,33 +488,41 @@ class RankEncoder:
         """The rank's file as byte chunks: metadata, then nodes with its own groups and peers."""
         yield framed(self.metadata(rank).SerializeToString())
         template = self.template(rank.nodes)
-        group_map = rank.group_map or {}
-        peer_map = rank.peer_map or {}
-        # this rank's encoded pg_name / comm_src / comm_dst for each representative group and peer
-        pg_of = {g: self.encoded(self.pg_cache, "pg_name", group_map.get(g, g)) for g in template.groups}
-        to_peer = {p: self.encoded(self.dst_cache, "comm_dst", peer_map.get(p, p)) for p in template.send_peers}
-        from_peer = {p: self.encoded(self.src_cache, "comm_src", peer_map.get(p, p)) for p in template.recv_peers}
-        my_src = self.encoded(self.src_cache, "comm_src", rank.rank)
-        my_dst = self.encoded(self.dst_cache, "comm_dst", rank.rank)
+        # this rank's bytes for each distinct hole (a few), then for each distinct rest
+        between = {key: self.hole_bytes(rank, hole) for key, hole in template.holes.items()}
+        middles = [before + between[id(hole)] + after for before, hole, after, _ in template.rests]
         out: list[bytes] = []
         append, extend = out.append, out.extend
         for item in template.items:
             if item.__class__ is bytes:
                 append(item)
                 continue
-            head, group, peer, role, tail, size = item
-            pg = b"" if group is None else pg_of[group]
-            if role is None:
-                size += len(pg)
-                extend((VARINTS[size] if size < 128 else varint(size), head, pg, tail))
-                continue
-            src, dst = (my_src, to_peer[peer]) if role is SEND else (from_peer[peer], my_dst)
-            size += len(pg) + len(src) + len(dst)
-            extend((VARINTS[size] if size < 128 else varint(size), head, pg, src, dst, tail))
+            fields, slot = item
+            middle = middles[slot]
+            size = len(fields) + len(middle)
+            extend((VARINTS[size] if size < 128 else varint(size), fields, middle))
             if len(out) > 8192:
                 yield b"".join(out)
                 out.clear()
         yield b"".join(out)
+
+    def hole_bytes(self, rank: Rank, hole: tuple) -> bytes:
+        """A hole's attribute entries on this rank: its own pg_name, comm_src and comm_dst."""
+        group, peer, role = hole
+        if peer is not None and rank.peer_map:
+            peer = rank.peer_map.get(peer, peer)
+        pg = b""
+        if group is not None:
+            pg = self.encoded(self.pg_cache, "pg_name", rank.group_map.get(group, group) if rank.group_map else group)
+        if role is None:
+            return pg
+        if role is SEND:
+            src = self.encoded(self.src_cache, "comm_src", rank.rank)
+            dst = self.encoded(self.dst_cache, "comm_dst", peer)
+        else:
+            src = self.encoded(self.src_cache, "comm_src", peer)
+            dst = self.encoded(self.dst_cache, "comm_dst", rank.rank)
+        return pg + src + dst
 
     def encoded(self, cache: dict, name: str, value: int | None) -> bytes:
         """A per-rank attribute (group id or rank), encoded once and then taken from `cache`."""
@@ -410,7 +549,9 @@ class RankEncoder:
         """"<id>=<kind>" for the groups this rank's nodes use, so a reader can name them."""
         local = self.local_groups.get(id(rank.nodes))
         if local is None:  # templates keep every node list alive, so its id is not reused
-            local = self.local_groups[id(rank.nodes)] = {n.group for n in rank.nodes if n.group is not None and n.is_comm}
+            # the groups of the template's holes: every comm node with a group has one
+            holes = self.template(rank.nodes).holes.values()
+            local = self.local_groups[id(rank.nodes)] = {group for group, _, _ in holes} - {None}
         gmap = rank.group_map or {}
         out = []
         for gid in sorted({gmap.get(g, g) for g in local}):
@@ -421,6 +562,14 @@ class RankEncoder:
 
     def counts(self) -> tuple[int, int, int, int]:
         return self.dropped_deps, self.zero_size, self.untyped, self.no_peer
+
+    def count(self, more: tuple[int, int, int, int]) -> None:
+        """Add to the counts (`more` in the order of `counts`)."""
+        if any(more):
+            self.dropped_deps += more[0]
+            self.zero_size += more[1]
+            self.untyped += more[2]
+            self.no_peer += more[3]
 
     def report(self) -> None:
         report_counts(self.diagnostics, *self.counts())
