@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import importlib
 from dataclasses import replace
@@ -22,6 +21,7 @@ from . import progress
 from .builders.one_rank import demote_one_rank_collectives, warn_if_kept
 from .diagnostics import Diagnostics, UsageError
 from .formats import detect, expand_inputs, input_format, output_format, refuse_overwriting_inputs, resolve
+from .gc_pause import paused_gc
 from .model import ExecutionTrace
 from .options import Options, check
 
@@ -165,30 +165,14 @@ def convert(
         return _convert(paths, output, to, fmt, options, diagnostics)
 
 
-@contextlib.contextmanager
 def _collector_paused(options: Options):
     """The cyclic GC paused for a reading or a conversion in this process (and its --jobs
-    workers, forked), what it made then moved to the oldest generation.
-
-    The model is made of objects that live until the output is written and form no cycles: the
-    collector would only rescan them (0.9 s of a 5 s conversion of benchmark 7's logs to
-    Chakra; the peak memory is the same without it). Reference counting still frees everything.
-    Resumed as it was, the collector would first scan every object made meanwhile as young
-    (0.25 s there); `gc.freeze()` + `gc.unfreeze()` moves them to the oldest generation at once
-    instead, where a full collection looks at them as at anything old (so the few cyclic
-    objects made meanwhile are still collected). Not with --cluster: the Dask client's event
-    loop makes cyclic garbage all along.
+    workers, forked): the model is made of objects that live until the output is written and
+    form no cycles, and the collector would only rescan them (0.9 s of a 5 s conversion of
+    benchmark 7's logs to Chakra; the peak memory is the same without it). Not with --cluster:
+    the Dask client's event loop makes cyclic garbage all along.
     """
-    if options.cluster or not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.unfreeze()
-        gc.enable()
+    return contextlib.nullcontext() if options.cluster else paused_gc()
 
 
 def _convert(paths: list[Path], output: str | Path, to: str | None, fmt: str, options: Options,

@@ -11,7 +11,6 @@ is only as good as that gap says, so the two are printed side by side.
 
 from __future__ import annotations
 
-import gc
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,21 +30,15 @@ def run(inputs: list[Path], from_: str, options: Options, diagnostics: Diagnosti
 
     # Everything made here (the trace, its schedule) stays alive until the numbers are printed
     # and forms no garbage worth collecting: with the cyclic GC on, it would rescan the nodes
-    # again and again, and its first pass after the pause would scan them all once more, unless
-    # they wait in its permanent generation (gc.freeze). Together 0.4 s of CPU on benchmark 7's
-    # Chakra set (2.0 s), same peak RSS.
+    # again and again (0.4 s of CPU on benchmark 7's Chakra set, 2.0 s; same peak RSS).
     with paused_gc():
         trace = read(inputs, from_, options, diagnostics)
         timeline = timeline_for(trace, options)
         stats = stats_of(trace, timeline)
-        gc.freeze()
-    try:
         if as_json:
             sys.stdout.write(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode() + "\n")
         else:
             sys.stdout.write(render(stats))
-    finally:
-        gc.unfreeze()  # in a longer-lived process (tests), cycles among them stay collectable
     return 0
 
 
