@@ -521,7 +521,7 @@ class _Template:
         self.waits = receive_waits(nodes) if draw_waits else []
         self.wait_args = [args for _, _, args in self.waits]
         self.parents = parent_positions(nodes) + [p for p, _, _ in self.waits]
-        self.has_parents = any(p >= 0 for p in self.parents)
+        self.has_parents = any(map(operator.ge, self.parents, repeat(0)))
         # (id(starts), id(ends)) -> [(starts, ends, thread kinds, layout)]: ranks with the same times share a layout
         self.layouts: dict[tuple[int, int], list[tuple]] = {}
         self.users = 0  # drawn ranks with this node list whose args are not built yet
@@ -566,10 +566,10 @@ def _shared_comm_name(names: dict[tuple[str, int], str], node) -> str:
 
 def receive_waits(nodes) -> list[tuple[int, int, dict[str, Any]]]:
     """(position, ns, args) of every receive whose args say it waited (`wait_ns` > 0) for its sender."""
+    kinds = map(operator.attrgetter("kind"), nodes)  # the receives found in C: a few among 100,000s of nodes
     waits = []
-    for i, node in enumerate(nodes):
-        if node.kind != NodeKind.RECV:
-            continue
+    for i in compress(count(), map(operator.eq, kinds, repeat(NodeKind.RECV))):
+        node = nodes[i]
         wait = node.args.get("wait_ns")
         if isinstance(wait, int) and not isinstance(wait, bool) and wait > 0:
             basis = node.args.get("wait_basis")
@@ -707,7 +707,7 @@ class _Planner:
             ends = [e - shift for e in ends]
         return Layout(
             order=None if order == list(range(len(order))) else order,
-            slots=[slot_of[lane] for lane in lane_of],
+            slots=list(map(slot_of.__getitem__, lane_of)),
             starts=starts,
             ends=ends,
             threads=threads,
@@ -881,6 +881,16 @@ class _Planner:
         flows_of_pid = self.flows_of_pid
         for instances in self.instances.values():
             for members in instances:
+                if len(members) == 2:  # a TP-2 log's rule (100,000s of pairs): no sort and no chain
+                    first, second = members
+                    if second < first:
+                        first, second = second, first
+                    flows_of_pid[(first >> _POSITION_BITS & _TID_MASK) // TID_STRIDE].extend(
+                        (first & _POSITION_MASK, next_id << 2 | FLOW_OUT))
+                    flows_of_pid[(second >> _POSITION_BITS & _TID_MASK) // TID_STRIDE].extend(
+                        (second & _POSITION_MASK, next_id << 2 | FLOW_IN))
+                    next_id += 1
+                    continue
                 if len(members) < 2:
                     continue
                 members.sort()  # by entry time, then rank (tids grow with the rank)
@@ -914,47 +924,66 @@ _TID_MASK = (1 << _TID_BITS) - 1
 
 
 def place_lanes(order: list[int], starts: list[int], ends: list[int], parents: list[int], bases: list[str]):
-    """(thread kind, lane) of every position, and the lanes of each thread kind.
+    """The lane of every position, and the lanes of each thread kind (lane numbers, in order).
 
     A sub-operation goes on its parent's lane when it lies inside the parent and nests there;
     anything else goes on the first lane of its kind where it nests, or on a new lane.
+    One loop with no calls per slice: a log's rank has 100,000s (steps and their sub-operations).
     """
-    lanes: dict[str, list[list[int]]] = {}  # base thread -> stack of open end times per lane
-    lane_of: list[tuple[str, int]] = [None] * len(starts)  # type: ignore[list-item]
+    # per lane: end times of the slices still open on it, innermost last. Slices arrive sorted
+    # by (start, -end): one nests on a lane when, after closing what ended by its start, it
+    # ends within the innermost open slice.
+    stacks: list[list[int]] = []
+    lanes: dict[str, list[int]] = {}  # base thread -> its lanes
+    lane_of = [-1] * len(starts)
     for i in order:
         start = starts[i]
         end = ends[i]
-        placed = None
         p = parents[i]
-        if p >= 0 and lane_of[p] is not None and starts[p] <= start and end <= ends[p]:
-            base, k = lane_of[p]
-            if _fits(lanes[base][k], start, end):
-                placed = lane_of[p]
-        if placed is None:
-            base = bases[i]
-            stacks = lanes.get(base)
-            if stacks is None:
-                stacks = lanes[base] = [[end]]
-                placed = (base, 0)
-            else:
-                placed = _place(stacks, base, start, end)
-        lane_of[i] = placed
+        if p >= 0:
+            lane = lane_of[p]
+            if lane >= 0 and starts[p] <= start and end <= ends[p]:
+                stack = stacks[lane]
+                while stack and stack[-1] <= start:
+                    stack.pop()
+                if not stack or end <= stack[-1]:
+                    stack.append(end)
+                    lane_of[i] = lane
+                    continue
+        base = bases[i]
+        own = lanes.get(base)
+        if own is None:
+            own = lanes[base] = []
+        else:
+            for lane in own:
+                stack = stacks[lane]
+                while stack and stack[-1] <= start:
+                    stack.pop()
+                if not stack or end <= stack[-1]:
+                    stack.append(end)
+                    lane_of[i] = lane
+                    break
+            if lane_of[i] >= 0:
+                continue
+        lane_of[i] = len(stacks)
+        own.append(len(stacks))
+        stacks.append([end])
     return lane_of, lanes
 
 
-def thread_slots(lanes: dict[str, list], rank: int) -> tuple[list[tuple[int, str]], dict[tuple[str, int], int]]:
+def thread_slots(lanes: dict[str, list[int]], rank: int) -> tuple[list[tuple[int, str]], list[int]]:
     """(slot, name) of every thread in the documented order, and the slot of each lane."""
     known = [b for b in THREAD_ORDER if b in lanes]
     extra = sorted(b for b in lanes if b not in THREAD_ORDER)
     threads: list[tuple[int, str]] = []
-    slot_of: dict[tuple[str, int], int] = {}
+    slot_of = [0] * sum(map(len, lanes.values()))
     for base in known + extra:
-        for k in range(len(lanes[base])):
+        for k, lane in enumerate(lanes[base]):
             slot = len(threads) + 1
             if slot > MAX_THREADS:
                 raise ValueError(f"rank {rank} needs more than {MAX_THREADS} threads")
             threads.append((slot, base if k == 0 else f"{base} {k + 1}"))
-            slot_of[(base, k)] = slot
+            slot_of[lane] = slot
     return threads, slot_of
 
 
@@ -967,31 +996,30 @@ def parent_positions(nodes) -> list[int]:
     return list(map(index.get, map(operator.attrgetter("parent"), nodes), repeat(-1)))
 
 
-def drawing_order(starts: list[int], ends: list[int], parents: list[int], has_parents: bool) -> list[int]:
-    """Node indices by (start, longest first, parents before sub-ops, program order)."""
+def drawing_order(starts: list[int], ends: list[int], parents: list[int], has_parents: bool = True) -> list[int]:
+    """Node indices by (start, longest first, parents before sub-ops, program order).
+
+    Sorted by start alone first (in C; nearly sorted already: a log's or a schedule's nodes
+    come in start order, with a rank's extra slices after them), then only the runs of equal
+    starts (a step and its first sub-operation) are sorted by the rest of the key.
+    """
     n = len(starts)
-    if not has_parents and all(map(operator.lt, starts, islice(starts, 1, None))):
-        return list(range(n))  # already strictly by start: the common case for scheduled traces
-    keys = sorted(zip(starts, map(operator.sub, starts, ends), map(operator.ge, parents, repeat(0)), range(n)))
-    return list(map(operator.itemgetter(3), keys))
-
-
-def _fits(stack: list[int], start: int, end: int) -> bool:
-    """Push [start, end] on a lane if it nests; slices arrive sorted by (start, -end)."""
-    while stack and stack[-1] <= start:
-        stack.pop()
-    if stack and end > stack[-1]:
-        return False
-    stack.append(end)
-    return True
-
-
-def _place(lane_stacks: list[list[int]], base: str, start: int, end: int) -> tuple[str, int]:
-    for k, stack in enumerate(lane_stacks):
-        if _fits(stack, start, end):
-            return base, k
-    lane_stacks.append([end])
-    return base, len(lane_stacks) - 1
+    if all(map(operator.le, starts, islice(starts, 1, None))):
+        order = list(range(n))
+        by_start = starts
+    else:
+        order = sorted(range(n), key=starts.__getitem__)  # stable: program order among equal starts
+        by_start = list(map(starts.__getitem__, order))
+    ties = list(compress(count(), map(operator.eq, by_start, islice(by_start, 1, None))))  # k: equal start at k + 1
+    k = 0
+    while k < len(ties):
+        first = last = ties[k]
+        k += 1
+        while k < len(ties) and ties[k] == last + 1:
+            last = ties[k]
+            k += 1
+        order[first:last + 2] = sorted(order[first:last + 2], key=lambda i: (starts[i] - ends[i], parents[i] >= 0))
+    return order
 
 
 def slice_name(trace: ExecutionTrace, rank: Rank, node) -> str:
