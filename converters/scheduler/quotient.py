@@ -27,7 +27,7 @@ representative of its peer's class.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import lt
+from operator import attrgetter, lt
 from typing import Any
 
 from ..model import ExecutionTrace, NodeKind, Rank
@@ -295,39 +295,44 @@ _HEAD = 32  # nodes whose durations make the first bucket
 
 
 def _merge_equal_columns(candidates: list[list[Rank]], merged: list[list[Rank]]) -> None:
-    """Append to `merged` the candidates (equal in durations) merged by equal columns."""
-    buckets: dict[tuple, list[tuple[tuple, list[Rank]]]] = {}
+    """Append to `merged` the candidates (equal in length and durations) merged by equal columns."""
+    kept: list[tuple[tuple, list[Rank]]] = []
     for members in candidates:
-        nodes = members[0].nodes
-        columns = _columns(nodes)
-        # Only ints and None go into the key: their hashes do not change between runs.
-        key = (len(nodes), hash(columns[0]))
-        for target_columns, target in buckets.setdefault(key, []):
+        columns = _columns(members[0].nodes)
+        for target_columns, target in kept:
             if target_columns == columns:
                 target.extend(members)
                 break
         else:
-            buckets[key].append((columns, members))
+            kept.append((columns, members))
             merged.append(members)
 
 
+_KIND, _SIZE, _COLL, _TAG, _DEPS, _ID = (attrgetter(name) for name in ("kind", "size", "coll", "tag", "deps", "id"))
+
+
 def _columns(nodes) -> tuple:
-    """What decides a program's timing, column by column, with node ids taken relative to the
-    first one (None when the ids are not ascending: such programs only match themselves)."""
-    ids = [n.id for n in nodes]
+    """What decides a program's timing besides the durations (the caller compares those), column
+    by column, with node ids taken relative to the first one (None when the ids are not
+    ascending: such programs only match themselves). Lists of C-level `map`s: comparing them
+    is what matters, and a list of dependency lists compares as the flat list and the lengths."""
+    ids = list(map(_ID, nodes))
     base = ids[0] if ids else 0
     ascending = all(map(lt, ids, ids[1:]))
     if not ascending:
         return (id(nodes), None)
+    # Ascending and spanning len - 1: the ids are base, base + 1, ... (one id counter per rank).
+    contiguous = not ids or ids[-1] - base == len(ids) - 1
+    deps = list(map(_DEPS, nodes))
+    if not set(map(type, deps)) <= {list}:  # a tuple of deps equals the list it holds
+        deps = [list(dl) for dl in deps]
     return (
-        tuple([n.duration_ns for n in nodes]),
-        tuple([i - base for i in ids]),
-        tuple([n.kind for n in nodes]),  # NodeKind members compare as their values
-        tuple([d - base for n in nodes for d in n.deps]),
-        tuple([len(n.deps) for n in nodes]),
-        tuple([n.size for n in nodes]),
-        tuple([n.coll for n in nodes]),
-        tuple([n.tag for n in nodes]),
+        range(len(ids)) if contiguous else [i - base for i in ids],
+        list(map(_KIND, nodes)),  # NodeKind members compare as their values
+        deps if base == 0 else [[d - base for d in dl] for dl in deps],
+        list(map(_SIZE, nodes)),
+        list(map(_COLL, nodes)),
+        list(map(_TAG, nodes)),
     )
 
 
