@@ -416,11 +416,23 @@ class Engine:
 
         def issue_collective(r: int, i: int, t: int, node: Node) -> None:
             gkey, needed, size, kind, hops, costs = coll_cache[r].get(node.group) or coll_info(r, node)
+            cost_key = (node.coll, node.size)
+            cost = costs.get(cost_key)
+            if cost is None:
+                cost = costs[cost_key] = net.collective_ns(node.coll, node.size, size, kind, hops)
             if needed <= 1:
                 # This rank is the only issuer the instance waits for (a group whose members
                 # are all of this representative's class, or of one member): it starts now,
-                # and no other rank ever looks up this group's instances.
-                issue_alone(r, i, t, node, size, kind, hops, costs)
+                # ends after its cost, its cause stays its own; no other rank ever looks up
+                # this group's instances, so none is made.
+                starts[r][i] = t
+                end = ends[r][i] = t + cost if cost > 0 else t
+                bucket = ending.get(end)
+                if bucket is None:
+                    ending[end] = [r, i]
+                    push(times, end)
+                else:
+                    bucket += (r, i)
                 return
             counts = coll_count[r]
             k = counts.get(gkey, 0)
@@ -431,10 +443,6 @@ class Engine:
                 inst = instances[key] = [needed, [], 0, NO_CAUSE]
             entries = inst[1]
             entries.append((r, i))
-            cost_key = (node.coll, node.size)
-            cost = costs.get(cost_key)
-            if cost is None:
-                cost = costs[cost_key] = net.collective_ns(node.coll, node.size, size, kind, hops)
             if cost > inst[2]:
                 inst[2] = cost
             inst[3] = cause[r][i]  # the last member to issue decides the start
@@ -451,22 +459,6 @@ class Engine:
                     ends[r2][i2] = end
                     cause[r2][i2] = how
                     bucket += (r2, i2)
-
-        def issue_alone(r: int, i: int, t: int, node: Node, size: int, kind, hops, costs: dict) -> None:
-            """issue_collective for an instance that needs no other issuer: the same start, end
-            and cause (its own), without the instance table."""
-            cost_key = (node.coll, node.size)
-            cost = costs.get(cost_key)
-            if cost is None:
-                cost = costs[cost_key] = net.collective_ns(node.coll, node.size, size, kind, hops)
-            starts[r][i] = t
-            end = ends[r][i] = t + cost if cost > 0 else t
-            bucket = ending.get(end)
-            if bucket is None:
-                ending[end] = [r, i]
-                push(times, end)
-            else:
-                bucket += (r, i)
 
         def issue_send(r: int, i: int, t: int, node: Node) -> None:
             # The cost depends on the rank's group and peer for the node's and its size only.
