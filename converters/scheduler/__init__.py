@@ -21,7 +21,7 @@ from .network import Network, load_network
 from .quotient import find_quotient
 from .summary import summarize
 
-__all__ = ["schedule", "Deadlock", "Wait", "Network", "load_network", "network_for"]
+__all__ = ["schedule", "dry_run", "Deadlock", "Wait", "Network", "load_network", "network_for"]
 
 
 def network_for(options: Options | None) -> Network:
@@ -55,6 +55,20 @@ def schedule(trace: ExecutionTrace, options: Options | None = None, network: Net
     parameters = network.describe()
     parameters["representatives"] = representatives
     return Timeline(by_rank_start, by_rank_end, "scheduled", summary, parameters)
+
+
+def dry_run(trace: ExecutionTrace, options: Options | None = None, network: Network | None = None) -> None:
+    """Run the schedule only to learn whether every node can run: raise what `schedule` raises
+    (Deadlock, with the same ranks and chain, or InputError), else return nothing.
+
+    The loop still needs the network's costs: which collective a rank issues first, and so
+    which instances meet, can depend on when nodes end. What it skips is the timeline: the
+    summary (breakdowns, traffic, critical path) and the per-rank tables.
+    """
+    network = network or network_for(options)
+    with paused_gc():  # as in schedule(): the loop's objects all stay alive until it ends
+        engine, *_ = _run(trace, network)
+        del engine, _  # freed while the collector is off (see schedule())
 
 
 def _run(trace: ExecutionTrace, network: Network):

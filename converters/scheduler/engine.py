@@ -416,6 +416,24 @@ class Engine:
 
         def issue_collective(r: int, i: int, t: int, node: Node) -> None:
             gkey, needed, size, kind, hops, costs = coll_cache[r].get(node.group) or coll_info(r, node)
+            cost_key = (node.coll, node.size)
+            cost = costs.get(cost_key)
+            if cost is None:
+                cost = costs[cost_key] = net.collective_ns(node.coll, node.size, size, kind, hops)
+            if needed <= 1:
+                # This rank is the only issuer the instance waits for (a group whose members
+                # are all of this representative's class, or of one member): it starts now,
+                # ends after its cost, its cause stays its own; no other rank ever looks up
+                # this group's instances, so none is made.
+                starts[r][i] = t
+                end = ends[r][i] = t + cost if cost > 0 else t
+                bucket = ending.get(end)
+                if bucket is None:
+                    ending[end] = [r, i]
+                    push(times, end)
+                else:
+                    bucket += (r, i)
+                return
             counts = coll_count[r]
             k = counts.get(gkey, 0)
             counts[gkey] = k + 1
@@ -425,10 +443,6 @@ class Engine:
                 inst = instances[key] = [needed, [], 0, NO_CAUSE]
             entries = inst[1]
             entries.append((r, i))
-            cost_key = (node.coll, node.size)
-            cost = costs.get(cost_key)
-            if cost is None:
-                cost = costs[cost_key] = net.collective_ns(node.coll, node.size, size, kind, hops)
             if cost > inst[2]:
                 inst[2] = cost
             inst[3] = cause[r][i]  # the last member to issue decides the start

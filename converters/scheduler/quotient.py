@@ -27,6 +27,7 @@ representative of its peer's class.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import compress
 from operator import lt
 from typing import Any
 
@@ -44,6 +45,24 @@ class Quotient:
     group_class: dict[Any, Any]  # real group id (None = world) -> group-class key
     needed: dict[Any, int]  # group-class key -> member classes that must issue
     size: dict[Any, int]  # group-class key -> members of each real group
+
+
+# NodeKind value -> 1 for collectives, for sends and receives (`bytes.translate` tables).
+_IS_COLL = bytes(v == NodeKind.COLLECTIVE for v in range(256))
+_IS_P2P = bytes(v in (NodeKind.SEND, NodeKind.RECV) for v in range(256))
+
+
+def _talk_places(nodes) -> tuple[list[int], list[int]]:
+    """Places of the collectives and of the sends and receives, ascending (C-level scans of
+    one byte per node when the kinds are NodeKind values)."""
+    try:
+        kinds = bytes([n.kind for n in nodes])
+    except (ValueError, TypeError):  # a kind that is no NodeKind
+        comm = [i for i, node in enumerate(nodes) if node.is_comm]
+        return ([i for i in comm if nodes[i].kind == NodeKind.COLLECTIVE],
+                [i for i in comm if nodes[i].kind != NodeKind.COLLECTIVE])
+    places = range(len(kinds))
+    return list(compress(places, kinds.translate(_IS_COLL))), list(compress(places, kinds.translate(_IS_P2P)))
 
 
 class _Unions:
@@ -94,9 +113,7 @@ def find_quotient(trace: ExecutionTrace, ring_size: int | None = None) -> Quotie
     raw_peers: list[list[tuple]] = []
     for members in classes_of_ranks:
         rep = members[0]
-        comm = [i for i, node in enumerate(rep.nodes) if node.is_comm]
-        colls = [i for i in comm if rep.nodes[i].kind == NodeKind.COLLECTIVE]
-        p2ps = [i for i in comm if rep.nodes[i].kind != NodeKind.COLLECTIVE]
+        colls, p2ps = _talk_places(rep.nodes)
         rep_groups = [rep.nodes[i].group for i in colls]
         rep_peers = [_peer_key(rep.nodes[i]) for i in p2ps]
         groups = set(rep_groups)
@@ -295,39 +312,43 @@ _HEAD = 32  # nodes whose durations make the first bucket
 
 
 def _merge_equal_columns(candidates: list[list[Rank]], merged: list[list[Rank]]) -> None:
-    """Append to `merged` the candidates (equal in durations) merged by equal columns."""
-    buckets: dict[tuple, list[tuple[tuple, list[Rank]]]] = {}
+    """Append to `merged` the candidates (equal in length and durations) merged by equal columns."""
+    kept: list[tuple[tuple, list[Rank]]] = []
     for members in candidates:
-        nodes = members[0].nodes
-        columns = _columns(nodes)
-        # Only ints and None go into the key: their hashes do not change between runs.
-        key = (len(nodes), hash(columns[0]))
-        for target_columns, target in buckets.setdefault(key, []):
+        columns = _columns(members[0].nodes)
+        for target_columns, target in kept:
             if target_columns == columns:
                 target.extend(members)
                 break
         else:
-            buckets[key].append((columns, members))
+            kept.append((columns, members))
             merged.append(members)
 
 
+
+
 def _columns(nodes) -> tuple:
-    """What decides a program's timing, column by column, with node ids taken relative to the
-    first one (None when the ids are not ascending: such programs only match themselves)."""
+    """What decides a program's timing besides the durations (the caller compares those), column
+    by column, with node ids taken relative to the first one (None when the ids are not
+    ascending: such programs only match themselves). A list of dependency lists compares as
+    the flat list and the lengths did."""
     ids = [n.id for n in nodes]
     base = ids[0] if ids else 0
     ascending = all(map(lt, ids, ids[1:]))
     if not ascending:
         return (id(nodes), None)
+    # Ascending and spanning len - 1: the ids are base, base + 1, ... (one id counter per rank).
+    contiguous = not ids or ids[-1] - base == len(ids) - 1
+    deps = [n.deps for n in nodes]
+    if not set(map(type, deps)) <= {list}:  # a tuple of deps equals the list it holds
+        deps = [list(dl) for dl in deps]
     return (
-        tuple([n.duration_ns for n in nodes]),
-        tuple([i - base for i in ids]),
-        tuple([n.kind for n in nodes]),  # NodeKind members compare as their values
-        tuple([d - base for n in nodes for d in n.deps]),
-        tuple([len(n.deps) for n in nodes]),
-        tuple([n.size for n in nodes]),
-        tuple([n.coll for n in nodes]),
-        tuple([n.tag for n in nodes]),
+        range(len(ids)) if contiguous else [i - base for i in ids],
+        [n.kind for n in nodes],  # NodeKind members compare as their values
+        deps if base == 0 else [[d - base for d in dl] for dl in deps],
+        [n.size for n in nodes],
+        [n.coll for n in nodes],
+        [n.tag for n in nodes],
     )
 
 

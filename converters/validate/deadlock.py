@@ -30,12 +30,12 @@ def check_deadlock(ctx: Context) -> list[Finding] | None:
     if not ctx.trace.ranks or ctx.absent_by_design:
         return None
     try:
-        from ..scheduler import schedule
+        from ..scheduler import dry_run
     except ImportError:  # the scheduler is optional for the other checks
         return None
     trace, never_completes = as_astra_sim_runs_it(ctx.trace)
     try:
-        schedule(trace, ctx.options)
+        dry_run(trace, ctx.options)
     except Deadlock as stalled:
         return [_finding(ctx, _named(stalled, never_completes))]
     except InputError as e:
