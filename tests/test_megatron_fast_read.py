@@ -180,3 +180,21 @@ def test_nodes_from_plans_are_the_nodes_made_one_by_one(tmp_path, monkeypatch):
     assert planned.groups == described.groups
     for r in planned.ranks:
         assert planned.ranks[r].nodes == described.ranks[r].nodes
+
+
+@pytest.mark.parametrize("text", ["3", " 3 ", "-2", "x", "3.0", "", " ", "٣"])
+def test_cached_ints_read_and_fail_as_before(text):
+    """parse_int's cache returns what the uncached check did, and the same error each time."""
+    import re
+    for _ in range(2):
+        value = text.strip()
+        if re.fullmatch(r"-?\d+", value):
+            assert megatron_log.parse_int(text, "batch_id", "r.log:7") == int(value)
+        else:
+            with pytest.raises(InputError, match=r"r.log:7: batch_id: expected an integer, found "):
+                megatron_log.parse_int(text, "batch_id", "r.log:7")
+
+
+def test_cached_values_are_interned_or_none():
+    assert megatron_log._none(" None ") is None and megatron_log._none(None) is None
+    assert megatron_log._none(" pp") == "pp" and megatron_log._none("pp ") is megatron_log._none("pp")

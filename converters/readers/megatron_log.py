@@ -593,10 +593,17 @@ _INT = re.compile(r"-?\d+")
 
 
 def parse_int(text: str, key: str, where: str) -> int:
+    number = _int(text)
+    if number is None:
+        raise InputError(where, f"{key}: expected an integer, found {_excerpt(text)}")
+    return number
+
+
+@functools.lru_cache(maxsize=4096)
+def _int(text: str) -> int | None:
+    """The integer, or None; cached: a log repeats a few stage and batch ids."""
     value = text.strip()
-    if not _INT.fullmatch(value):
-        raise InputError(where, f"{key}: expected an integer, found {_excerpt(value)}")
-    return int(value)
+    return int(value) if _INT.fullmatch(value) else None
 
 
 def parse_shape(text: str | None, key: str, where: str) -> tuple[int, ...] | None:
@@ -616,8 +623,10 @@ def _shape(value: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in re.findall(r"\d+", value))
 
 
+@functools.lru_cache(maxsize=4096)
 def _none(text: str | None) -> str | None:
-    """The value, or None for `None`; interned, since a log repeats the same few (millions of records)."""
+    """The value, or None for `None`; interned, since a log repeats the same few (millions of records).
+    Cached: a log's few values are looked up at C speed."""
     if text is None:
         return None
     value = text.strip()
