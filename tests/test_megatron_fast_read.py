@@ -28,6 +28,7 @@ def parse_or_error(line: str):
 def general(line: str):
     """The line read with every fast path off."""
     with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(megatron_log, "_templated_record", lambda *args: None)
         patched.setattr(megatron_log, "_timed_sub_ops", lambda text: None)
         patched.setattr(megatron_log, "_plain_string_list", lambda text: None)
         patched.setattr(megatron_log, "_plain_fields", lambda body: None)
@@ -198,3 +199,32 @@ def test_cached_ints_read_and_fail_as_before(text):
 def test_cached_values_are_interned_or_none():
     assert megatron_log._none(" None ") is None and megatron_log._none(None) is None
     assert megatron_log._none(" pp") == "pp" and megatron_log._none("pp ") is megatron_log._none("pp")
+
+
+HEAD_FIELDS = st.sampled_from([
+    "stage_id=1", "stage_id=x", "batch_id=2", "batch_id= 3", "batch_id=[4]", "mg_state=warmup", "mg_state=None",
+    "duration=0.5", "duration=1e3", "duration= 2", "duration=", "duration=-1", "timestamp=10.25", "timestamp=7",
+    "timestamp=99999999999999", "description=a b", "description=x,y", "description=duration=3", "group_kind=pp",
+    "input__shape=[2, 3]", "input__shape=[2, x]", "input__shape=None", "input__dtype=torch.float32", "zeta=1",
+    "xbatch_id=5", "note='q'",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(HEAD_FIELDS, max_size=9), st.sampled_from(["[]", "['duration=0.3,timestamp=1.5,group=tp']",
+                                                           "['duration=0.3,timestamp=1,group=tp'] ", "['x']"]))
+def test_any_head_reads_as_the_general_parser(fields, listed):
+    """The op head's template path reads any head (keys in any order, repeated, missing, odd
+    values) as the general parser does, errors included."""
+    line = f"rank:3:forward_step({','.join([*fields, 'sub_operations=' + listed])})"
+    assert parse_or_error(line) == general(line)
+
+
+def test_templated_heads_read_as_the_general_parser():
+    """The standard heads (every key, the tracer's order) go through the template path."""
+    head = ("stage_id=2,batch_id={b},mg_state=steady,duration={d},description=None,group_kind=pp,"
+            "input__shape=[512, 1, 1024],input__dtype=torch.float32,timestamp={t}")
+    for b, d, t in [(0, "0.4", "1000026.1"), (17, "12.0", "1000100"), (3, "0", "5.123456")]:
+        line = f"rank:5:send_forward({head.format(b=b, d=d, t=t)},sub_operations=[])"
+        assert megatron_log._templated_record(*megatron_log._LINE.match(line).groups(), "r.log", 7) is not None
+        assert parse_or_error(line) == general(line)

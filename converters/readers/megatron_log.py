@@ -284,6 +284,9 @@ def parse_line(text: str, file: str, line: int) -> OpRecord:
     if match is None:
         raise InputError(where, f"expected rank:<r>:<op>(key=value,...), found {_excerpt(text)}")
     rank_text, op, body = match.groups()
+    record = _templated_record(rank_text, op, body, file, line)
+    if record is not None:
+        return record
     fields, sub_ops = _op_fields(body)
     keys = fields.keys()
     extras = NO_EXTRAS if keys <= _OP_KEY_SET else {k: v for k, v in fields.items() if k not in OP_KEYS} or NO_EXTRAS
@@ -311,6 +314,63 @@ def parse_line(text: str, file: str, line: int) -> OpRecord:
         raw_stamp=fields["timestamp"].strip(),
         raw_duration=fields["duration"].strip(),
     )
+
+
+# An op line's head as the tracer writes it: only batch_id=, duration= and timestamp= change from
+# line to line; the rest (stage, state, description, group, shape, dtype: the head's "template")
+# repeats. So the head is split at those three values and the template looked up: a log has a
+# few. A new template is read once by the path below (_plain_fields and the value parsers) and
+# kept only when that read is surely the same for every head of the template; the three values
+# are taken only when plain (else the general parser reads the line, and finds any error).
+_VARYING = re.compile(r"(?<![^,])(batch_id|duration|timestamp)=([^,\[\]()'\"\\=]*)")
+_TEMPLATES: dict[tuple[str, ...], object] = {}  # template -> its constant fields, or _NOT_TIMED
+
+
+def _templated_record(rank_text: str, op: str, body: str, file: str, line: int) -> OpRecord | None:
+    """The line's record from its head's template, or None when the general path must read it."""
+    cut = body.rfind(_SUBOPS_TAIL)
+    if cut < 0:
+        return None
+    head = body[:cut]
+    pieces = _VARYING.split(head)
+    template = tuple(pieces[0::3]) + tuple(pieces[1::3])
+    constant = _TEMPLATES.get(template)
+    if constant is None:
+        constant = _new_template(template, head, pieces)
+    if constant is _NOT_TIMED:
+        return None
+    values = dict(zip(pieces[1::3], pieces[2::3]))
+    batch = _int(values["batch_id"])
+    duration_text, stamp_text = values["duration"], values["timestamp"]
+    duration, stamp = _plain_ms(duration_text), _plain_ms(stamp_text)
+    if batch is None or duration is None or stamp is None:
+        return None
+    sub_ops = _timed_sub_ops(body[cut + len(_SUBOPS_TAIL) - 1:])  # unstripped, as _op_fields reads it
+    if sub_ops is None:
+        return None
+    stage, mg_state, description, group_kind, shape, dtype = constant
+    return OpRecord(int(rank_text), sys.intern(op), stage, batch, mg_state, duration, stamp, description, group_kind,
+                    shape, dtype, sub_ops, file, line, NO_EXTRAS, stamp_text, duration_text)
+
+
+def _new_template(template: tuple[str, ...], head: str, pieces: list[str]):
+    """A template's constant fields, parsed as parse_line would; _NOT_TIMED unless the head is plain,
+    has only known keys, each changing key once with the value the split found, and reads cleanly."""
+    constant = _NOT_TIMED
+    fields = _plain_fields(head)
+    values = dict(zip(pieces[1::3], pieces[2::3]))
+    if (fields is not None and fields.keys() <= _HEAD_KEYS and fields.keys() >= _REQUIRED_OP_KEY_SET
+            and len(values) == len(pieces) // 3 == 3 and all(fields[k] == v for k, v in values.items())):
+        try:
+            constant = (parse_int(fields["stage_id"], "stage_id", ""), _none(fields.get("mg_state")),
+                        _none(fields.get("description")), _none(fields.get("group_kind")),
+                        parse_shape(fields.get("input__shape"), "input__shape", ""), _none(fields.get("input__dtype")))
+        except InputError:
+            pass
+    if len(_TEMPLATES) >= _MAX_CACHED:
+        _TEMPLATES.clear()
+    _TEMPLATES[template] = constant
+    return constant
 
 
 def parse_sub_operations(text: str, where: str) -> SubOps:
