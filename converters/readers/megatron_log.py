@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import operator
 import re
 import sys
@@ -419,6 +420,19 @@ class _DurationsNs(dict):
 _DURATIONS_NS = _DurationsNs()
 
 
+class _FractionNs(dict):
+    """A timestamp's decimals (text; "" for none) -> ns; a log prints a few hundred distinct."""
+
+    def __missing__(self, text: str) -> int:
+        if len(self) >= _MAX_CACHED:
+            self.clear()
+        ns = self[text] = int(text or "0") * _SCALE[len(text)]
+        return ns
+
+
+_FRACTION_NS = _FractionNs()
+
+
 def _timed_sub_ops(text: str) -> SubOps | None:
     """A list as the tracer writes it, read without a Python step per item; None when the general
     parser must read it (it then finds any error)."""
@@ -436,8 +450,8 @@ def _timed_sub_ops(text: str) -> SubOps | None:
     wholes, fractions = pieces[2::4], pieces[3::4]
     try:
         durations = array("q", map(_DURATIONS_NS.__getitem__, pieces[1::4]))
-        stamps = array("q", map(operator.mul, map(int, map(operator.add, wholes, fractions)),
-                                map(_SCALE.__getitem__, map(len, fractions))))
+        stamps = array("q", map(operator.add, map(operator.mul, map(int, wholes), itertools.repeat(1_000_000)),
+                                map(_FRACTION_NS.__getitem__, fractions)))
     except OverflowError:
         return None
     if max(durations) > _MAX_NS or max(stamps) > _MAX_NS:
