@@ -610,6 +610,7 @@ class _Planner:
         self.templates: dict[int, _Template] = {}  # id(node list) -> template
         self.cleaned = _CleanedArgs()  # node.args made flat and typed, shared by the templates
         self.shapes: dict[tuple, ArgsShape] = {}  # args shapes by content, shared by ranks (`slice_rows`)
+        self.shapes_stage: int | None = None  # the stage of the ranks `shapes` were made for
         # comm slices for flows (ints, see _POSITION_BITS), filled by place_rank in program order
         self.sends: dict[tuple, list[int]] = {}  # (src, dst, tag) -> sends
         self.recvs: dict[tuple, list[int]] = {}  # (src, dst, tag) -> receives
@@ -812,8 +813,9 @@ class _Planner:
         ))
 
         shared = self.shapes
-        if len(shared) >= self.MAX_SHAPES:
-            shared.clear()
+        if len(shared) >= self.MAX_SHAPES or stage != self.shapes_stage:
+            shared.clear()  # shapes carry the stage: only ranks of this one share them
+            self.shapes_stage = stage
 
         def shape_of(i: int) -> ArgsShape:
             # ranks of a log have equal args in distinct dicts: a shape is made once per content
@@ -1151,7 +1153,8 @@ def args_key(raw: dict) -> bytes | None:
     if not _SCALARS.issuperset(map(type, raw.values())):
         return None
     try:
-        return orjson.dumps(raw)
+        # a copy: orjson's own result keeps its whole write buffer (kilobytes) allocated
+        return bytes(memoryview(orjson.dumps(raw)))
     except TypeError:  # a key that is not a str, an int beyond 64 bits
         return None
 
