@@ -157,8 +157,6 @@ def pid_bytes(pid: int) -> bytes:
 
 
 BEGIN_CACHE_BYTES = 32 << 20  # encoded begins kept for reuse by the next ranks of a layout
-MAX_SHAPE_FORMATS = 1 << 14  # args shapes whose encodings are kept for later ranks
-
 _PLAIN_VALUES = frozenset({str, int})  # arg values whose (key, value) names one encoding (True == 1)
 _COLUMN_VALUES = _PLAIN_VALUES | {type(None)}  # None: a field the slice's args do not have (no dict has None values)
 
@@ -175,7 +173,7 @@ class _EventEncoder:
         self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> see `begin_heads`
         self.name_fields = _NameFields(self)  # name -> the fields after the annotations
         self.pinned: list[dict[str, Any]] = []  # the args of `begins`
-        # shape -> `shape_format`: ranks of a log share shapes, and names once interned stay
+        # shape -> `shape_format` of the last process with rows (names once interned stay)
         self.shape_formats: dict[ArgsShape, bytes] = {}
         self.begin_bytes = 0
         self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
@@ -317,12 +315,12 @@ class _EventEncoder:
         """`begin_heads` of the begins at these positions (in writing order), from args shapes:
         each shape's fixed annotations encoded once, the own fields' ones per value."""
         # in first-use order, each shape's items in order: arg names are interned as the dicts' would be
-        formats = self.shape_formats
-        if len(formats) >= MAX_SHAPE_FORMATS:
-            formats.clear()
+        # the previous process's formats: ranks next to each other (one stage) share shapes
+        previous, formats = self.shape_formats, {}
         for shape in dict.fromkeys(map(rows.shapes.__getitem__, positions)):
-            if shape not in formats:
-                formats[shape] = self.shape_format(shape)
+            text = previous.get(shape)
+            formats[shape] = self.shape_format(shape) if text is None else text
+        self.shape_formats = formats
         # per position, as the shapes; a field no shape names is not encoded (that would intern its name)
         values = [self.annotations.column(key, column) if key in self.arg_names else [b""] * len(column)
                   for key, column in zip(OWN_FIELDS, rows.columns)]
