@@ -18,7 +18,7 @@ from converters.diagnostics import Diagnostics
 from converters.model import CollType, DisplaySpan, ExecutionTrace, Node, NodeKind, Rank
 from converters.options import Options
 from converters.writers import chrome, perfetto
-from converters.writers.layout_chrome import plan_trace
+from converters.writers.layout_chrome import args_key, plan_trace
 from test_chrome import small_trace
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -62,7 +62,7 @@ def test_samples(sample):
 
 
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), st.sampled_from(["a", "%", "%b", 'q"', ""]),
-                   st.lists(st.integers(0, 3), max_size=2))
+                   st.lists(st.integers(0, 3), max_size=2), st.sampled_from([0.0, -0.0, 1.0, 1 << 70, (1, 2), [1, 2]]))
 KEYS = st.sampled_from(["stage", "node", "op", "bytes", "tag", "source", "group", "peer", "x%", "wait_ns", 7])
 
 
@@ -75,6 +75,8 @@ def odd_trace(draw):
     group = trace.add_group("tp", list(range(ranks)))
     shared = [draw(st.dictionaries(KEYS, VALUES, max_size=4)) for _ in range(3)]
     for r in range(ranks):
+        # equal args in distinct dicts, as ranks read apart have: shapes made for one rank serve the others
+        own = [dict(args) for args in shared]
         nodes = []
         for i in range(draw(st.integers(0, 10))):
             kind = draw(st.sampled_from([NodeKind.COMPUTE, NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV]))
@@ -82,7 +84,7 @@ def odd_trace(draw):
                         start_ns=draw(st.integers(0, 4000)), size=draw(st.sampled_from([0, 4, 1 << 20])),
                         microbatch=draw(st.one_of(st.none(), st.integers(0, 2), st.booleans())),
                         source=draw(st.sampled_from([None, "", "f.log:1", 'q"%.log:2'])),
-                        args=draw(st.sampled_from(shared)))
+                        args=draw(st.sampled_from(shared + own)))
             if kind == NodeKind.COLLECTIVE:
                 node.coll = draw(st.sampled_from([None, CollType.ALL_REDUCE]))
                 node.group = draw(st.sampled_from([None, group.id]))
@@ -98,4 +100,30 @@ def odd_trace(draw):
 @settings(max_examples=80, deadline=None)
 @given(odd_trace())
 def test_random_traces(trace):
+    assert_rows_change_nothing(trace)
+
+
+def test_args_key_tells_apart_what_prints_apart():
+    """Dicts with one key tell shapes apart across ranks only where they print alike."""
+    keys = [args_key(args) for args in ({"a": 1}, {"a": 1.0}, {"a": True}, {"a": 0.0}, {"a": -0.0}, {"a": "1"})]
+    assert None not in keys and len(set(keys)) == len(keys)
+    assert args_key({"a": 1}) == args_key(dict(a=1))
+    for unkeyed in ({1: "a"}, {"a": 1 << 70}, {"a": [1]}, {"a": (1,)}, {"a": SubStr("x")}):
+        assert args_key(unkeyed) is None
+
+
+class SubStr(str):
+    pass
+
+
+def test_shapes_are_shared_by_ranks_with_equal_args():
+    trace = ExecutionTrace()
+    trace.timing = "measured"
+    for r in range(2):
+        args = {"stage": 0, "step": "fwd"}  # a dict per rank
+        nodes = [Node(i + 1, "op", NodeKind.COMPUTE, duration_ns=10, start_ns=20 * i, args=args) for i in range(3)]
+        trace.ranks[r] = Rank(r, nodes=nodes, coords={"pp": 0})
+    plan = plan_trace(trace, Options(ranks="all"), Diagnostics())
+    first, second = (process.arg_rows() for process in plan.processes)
+    assert first.shapes[0] is second.shapes[0]
     assert_rows_change_nothing(trace)

@@ -27,7 +27,7 @@ import gzip
 import math
 import operator
 from collections import Counter
-from itertools import compress, count
+from itertools import compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -282,11 +282,17 @@ def row_texts(rows: ArgsRows) -> list[bytes]:
     items are printed once into a %-format whose `%b`s take the own fields' values, each
     printed by orjson on its own (`%.0b` swallows the fields a shape does not have).
     """
-    formats = lookup_encoded({}, list(map(id, rows.shapes)), rows.shapes, shape_format)
+    formats = list(map(_FORMAT_OF, rows.shapes))
+    for j in compress(count(), map(operator.is_, formats, repeat(None))):
+        shape = rows.shapes[j]
+        if shape.chrome_format is None:  # an earlier position may have the same shape
+            shape.chrome_format = shape_format(shape)
+        formats[j] = shape.chrome_format
     values = list(map(encoded_column, rows.columns))
     return list(map(operator.mod, formats, zip(*values)))
 
 
+_FORMAT_OF = operator.attrgetter("chrome_format")
 _NONE = type(None)
 
 

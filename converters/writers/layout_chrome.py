@@ -54,6 +54,8 @@ from dataclasses import dataclass, field
 from itertools import compress, count, islice, repeat
 from typing import Any, Callable
 
+import orjson
+
 from ..diagnostics import Diagnostics, UsageError
 from ..gc_pause import paused_gc
 from ..model import ExecutionTrace, NodeKind, Rank
@@ -134,10 +136,11 @@ class ArgsShape:
     thousand shapes per rank: writers encode a shape once and fill in the values.
     """
 
-    __slots__ = ("items",)
+    __slots__ = ("items", "chrome_format")
 
     def __init__(self, items: list[tuple[str, Any, int]]):
         self.items = items
+        self.chrome_format: bytes | None = None  # the Chrome writer's, made once: ranks share shapes
 
     def args(self, values: tuple) -> dict[str, Any]:
         """The args dict of a slice with these OWN_FIELDS values."""
@@ -606,6 +609,8 @@ class _Planner:
         self.group_extra: dict[int | None, dict[str, Any]] = {}  # group and members args of a group
         self.templates: dict[int, _Template] = {}  # id(node list) -> template
         self.cleaned = _CleanedArgs()  # node.args made flat and typed, shared by the templates
+        self.shapes: dict[tuple, ArgsShape] = {}  # args shapes by content, shared by ranks (`slice_rows`)
+        self.shapes_stage: int | None = None  # the stage of the ranks `shapes` were made for
         # comm slices for flows (ints, see _POSITION_BITS), filled by place_rank in program order
         self.sends: dict[tuple, list[int]] = {}  # (src, dst, tag) -> sends
         self.recvs: dict[tuple, list[int]] = {}  # (src, dst, tag) -> receives
@@ -775,6 +780,8 @@ class _Planner:
             extra["group"] = self.group_strings(gid)[0]
         return extra
 
+    MAX_SHAPES = 1 << 14  # distinct shapes kept for later ranks (a log has a few thousand)
+
     def slice_rows(self, tpl: _Template, rank: Rank, p2p: dict) -> ArgsRows | None:
         """`slice_args` as shapes and values, for a rank with a node list of its own (None otherwise).
 
@@ -805,7 +812,24 @@ class _Planner:
             adds,
         ))
 
+        shared = self.shapes
+        if len(shared) >= self.MAX_SHAPES or stage != self.shapes_stage:
+            shared.clear()  # shapes carry the stage: only ranks of this one share them
+            self.shapes_stage = stage
+
         def shape_of(i: int) -> ArgsShape:
+            # ranks of a log have equal args in distinct dicts: a shape is made once per content
+            node = nodes[i]
+            text = args_key(node.args)
+            if text is None:
+                return make_shape(i)
+            key = (text, keys[i][1:], stage)
+            shape = shared.get(key)
+            if shape is None:
+                shape = shared[key] = make_shape(i)
+            return shape
+
+        def make_shape(i: int) -> ArgsShape:
             args = node_args(nodes[i], tpl.cleaned)
             if stage is not None:
                 args = with_stage(args, stage)
@@ -1114,6 +1138,25 @@ def node_shape(node, args: dict[str, Any]) -> ArgsShape:
         items[k] = (key, None, fields[j])
         j += 1
     return ArgsShape(items)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def args_key(raw: dict) -> bytes | None:
+    """`raw` as JSON when that says all `node_args` takes from it, else None (then no key).
+
+    Only for str keys and scalar values of exactly these types: JSON then tells apart every
+    two dicts `node_args` would print differently (1, 1.0, true; -0.0; NaN and inf are
+    null, as None, and all three dropped), which it does not for nested lists or subclasses.
+    """
+    if not _SCALARS.issuperset(map(type, raw.values())):
+        return None
+    try:
+        # a copy: orjson's own result keeps its whole write buffer (kilobytes) allocated
+        return bytes(memoryview(orjson.dumps(raw)))
+    except TypeError:  # a key that is not a str, an int beyond 64 bits
+        return None
 
 
 class _CleanedArgs(dict):

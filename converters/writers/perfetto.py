@@ -173,6 +173,8 @@ class _EventEncoder:
         self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> see `begin_heads`
         self.name_fields = _NameFields(self)  # name -> the fields after the annotations
         self.pinned: list[dict[str, Any]] = []  # the args of `begins`
+        # shape -> `shape_format` of the last process with rows (names once interned stay)
+        self.shape_formats: dict[ArgsShape, bytes] = {}
         self.begin_bytes = 0
         self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
         self.event_heads = _Prefixed(_SEQUENCE + _TRACK_EVENT)  # event length -> what precedes the event
@@ -313,7 +315,12 @@ class _EventEncoder:
         """`begin_heads` of the begins at these positions (in writing order), from args shapes:
         each shape's fixed annotations encoded once, the own fields' ones per value."""
         # in first-use order, each shape's items in order: arg names are interned as the dicts' would be
-        formats = {shape: self.shape_format(shape) for shape in dict.fromkeys(map(rows.shapes.__getitem__, positions))}
+        # the previous process's formats: ranks next to each other (one stage) share shapes
+        previous, formats = self.shape_formats, {}
+        for shape in dict.fromkeys(map(rows.shapes.__getitem__, positions)):
+            text = previous.get(shape)
+            formats[shape] = self.shape_format(shape) if text is None else text
+        self.shape_formats = formats
         # per position, as the shapes; a field no shape names is not encoded (that would intern its name)
         values = [self.annotations.column(key, column) if key in self.arg_names else [b""] * len(column)
                   for key, column in zip(OWN_FIELDS, rows.columns)]
