@@ -423,7 +423,7 @@ def measured_vs_modelled_process(trace: ExecutionTrace, timeline: Timeline, shif
         slices.append((1, modelled_end, measured_end, f"not modelled: {format_ms(gap)}",
                        {**common, "basis": "measured minus modelled: what the log timed that the model leaves out"}))
     starts, ends = [s[1] for s in slices], [s[2] for s in slices]
-    order = drawing_order(starts, ends, [-1] * len(slices), False)
+    order = drawing_order(starts, ends, [-1] * len(slices))
     pid = max(trace.ranks, default=-1) + 2  # after every rank's pid (rank + 1)
     return Process(
         rank=pid - 1, pid=pid, name="measured vs modelled",
@@ -524,7 +524,6 @@ class _Template:
         self.waits = receive_waits(nodes) if draw_waits else []
         self.wait_args = [args for _, _, args in self.waits]
         self.parents = parent_positions(nodes) + [p for p, _, _ in self.waits]
-        self.has_parents = any(map(operator.ge, self.parents, repeat(0)))
         # (id(starts), id(ends)) -> [(starts, ends, thread kinds, layout)]: ranks with the same times share a layout
         self.layouts: dict[tuple[int, int], list[tuple]] = {}
         self.users = 0  # drawn ranks with this node list whose args are not built yet
@@ -703,7 +702,7 @@ class _Planner:
             ends = ends + [span.start_ns + span.duration_ns for span in display]
             bases = bases + [span.thread for span in display]
             parents = parents + [-1] * len(display)
-        order = drawing_order(starts, ends, parents, tpl.has_parents)
+        order = drawing_order(starts, ends, parents)
         lane_of, lanes = place_lanes(order, starts, ends, parents, bases)
         threads, slot_of = thread_slots(lanes, rank)
         shift = self.shift
@@ -1020,7 +1019,7 @@ def parent_positions(nodes) -> list[int]:
     return list(map(index.get, map(operator.attrgetter("parent"), nodes), repeat(-1)))
 
 
-def drawing_order(starts: list[int], ends: list[int], parents: list[int], has_parents: bool = True) -> list[int]:
+def drawing_order(starts: list[int], ends: list[int], parents: list[int]) -> list[int]:
     """Node indices by (start, longest first, parents before sub-ops, program order).
 
     Sorted by start alone first (in C; nearly sorted already: a log's or a schedule's nodes
