@@ -147,12 +147,9 @@ class _SliceEncoder:
         self.last_names: tuple | None = None
         self.last_args: tuple | None = None
 
-    def process_bytes(self, process: Process, limit: int | None = None) -> bytes:
-        """The X events of a process; with `limit`, of its first `limit` slices only (a sample)."""
-        return b"".join(self.process_parts(process, limit))
-
     def process_parts(self, process: Process, limit: int | None = None) -> list[bytes]:
-        """`process_bytes` in pieces, to be joined (`layout_chrome.write_parts`)."""
+        """The X events of a process, in pieces to be joined (`layout_chrome.write_parts`); with
+        `limit`, of its first `limit` slices only (a sample)."""
         layout = process.layout
         every = len(layout.starts)
         n = every if limit is None else min(limit, every)

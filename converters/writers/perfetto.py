@@ -209,12 +209,9 @@ class _EventEncoder:
 
     # -- one process
 
-    def process_bytes(self, process: Process, shared: bool) -> bytes:
-        """Every begin and end of a process, framed; `shared`: its layout serves other processes too."""
-        return b"".join(self.process_parts(process, shared))
-
     def process_parts(self, process: Process, shared: bool) -> list[bytes]:
-        """`process_bytes` in pieces, to be joined (`layout_chrome.write_parts`)."""
+        """Every begin and end of a process, framed, in pieces to be joined
+        (`layout_chrome.write_parts`); `shared`: its layout serves other processes too."""
         layout = process.layout
         columns = layout.cache.get("perfetto")
         if columns is None:
