@@ -484,15 +484,10 @@ class NodeDecoder:
     def measured_tail(self, node_type: int, body_tail: bytes) -> tuple | None:
         """(kind, duration_ns, Node values between ctrl_deps and start_ns, after start_ns but `args`)
         of a tail as tail_of reads it; None when recipe_by_head would not read the message."""
-        kind = NODE_KINDS.get(node_type)
-        if kind is None:
+        found = self.kind_and_tail(node_type, body_tail)
+        if found is None:
             return None
-        key = (node_type, body_tail)
-        tail = self.tails.get(key, False)
-        if tail is False:
-            tail = self.tails[key] = self.tail_of(node_type, kind, body_tail)
-        if tail is None:
-            return None
+        kind, tail = found
         between, after = tail[3], tail[4]
         return kind, between[0], between[3:], after[:_ARGS_AFTER_START] + after[_ARGS_AFTER_START + 1:]
 
@@ -529,17 +524,20 @@ class NodeDecoder:
         head = node_head(body, self.dependencies)
         if head is None:
             return None
-        node_type = head[2]
+        found = self.kind_and_tail(head[2], body[head[6]:])
+        return None if found is None else (head, *found)
+
+    def kind_and_tail(self, node_type: int, body_tail: bytes) -> tuple | None:
+        """(kind, tail_of's tail) of a message's tail, decoded once per distinct (type, tail);
+        None when either is unusual."""
         kind = NODE_KINDS.get(node_type)
         if kind is None:
             return None
-        key = (node_type, body[head[6]:])
+        key = (node_type, body_tail)
         tail = self.tails.get(key, False)
         if tail is False:
-            tail = self.tails[key] = self.tail_of(node_type, kind, key[1])
-        if tail is None:
-            return None
-        return head, kind, tail
+            tail = self.tails[key] = self.tail_of(node_type, kind, body_tail)
+        return None if tail is None else (kind, tail)
 
     def tail_of(self, node_type: int, kind: NodeKind, tail: bytes) -> tuple | None:
         """What a head's tail gives its nodes: (duration_micros, the Node fields it sets, attribute
