@@ -10,20 +10,29 @@ The small public API (see README "Use it from Python"):
     simulate(inputs, astra_sim, **options)   -> Simulation (ASTRA-sim's finish times beside ours)
     report(inputs, "report.html", **options) -> one self-contained HTML page about the run
     sweep(trace, {"tp.bandwidth_gbps": [100, 200]}) -> {"sweep": [...]} (one schedule per grid point)
+
+Every name is imported on first use (PEP 562), so `import converters` and a command that
+needs little (e.g. a log to a Chrome trace) do not pay for the validator, the scheduler, the
+report or the simulator.
 """
 
-# The validate subpackage is imported before the function of the same name: importing it
-# later (as api.validate does) would otherwise rebind `converters.validate` to the package.
-from . import validate as _validate_package  # noqa: F401
-from . import simulate as _simulate_module  # noqa: F401  (the same for converters/simulate.py)
-from . import report as _report_package  # noqa: F401  (and converters/report/)
-from . import sweep as _sweep_module  # noqa: F401  (and converters/sweep.py)
-from .api import convert, read, report, schedule, simulate, sweep, validate, write
-from .diagnostics import Diagnostics, InputError
-from .model import CollType, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
-from .options import Options
+import importlib
+import sys
+import types
 
 __version__ = "0.1.0"
+
+# Where each public name lives; `converters.X` imports its module when first asked for.
+_HOMES = {
+    **dict.fromkeys(["convert", "read", "report", "schedule", "simulate", "sweep", "validate", "write"], ".api"),
+    **dict.fromkeys(["Diagnostics", "InputError"], ".diagnostics"),
+    **dict.fromkeys(["CollType", "ExecutionTrace", "Group", "Node", "NodeKind", "Parallel", "Rank"], ".model"),
+    "Options": ".options",
+}
+
+# Submodules named like a function of the API (converters/validate/, converters/report/,
+# simulate.py, sweep.py): `converters.validate` is always the function, whichever is imported first.
+_API_NAMES_OF_SUBMODULES = frozenset({"validate", "report", "simulate", "sweep"})
 
 __all__ = [
     "convert", "read", "report", "schedule", "simulate", "sweep", "validate", "write",
@@ -31,3 +40,30 @@ __all__ = [
     "CollType", "ExecutionTrace", "Group", "Node", "NodeKind", "Parallel", "Rank",
     "__version__",
 ]
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """The package module, which keeps the API functions bound when a submodule of the same
+    name is imported: importing `converters.validate` (the package) sets the attribute
+    `converters.validate` to it, which would hide the function `etc.validate`."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _API_NAMES_OF_SUBMODULES and isinstance(value, types.ModuleType):
+            return  # the submodule stays reachable through sys.modules and `import converters.x`
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -12,14 +12,33 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from . import __version__
+from .cli_coercion import quicken
 from .diagnostics import Diagnostics, InputError, UsageError
 from .options import Options
 
 
-class _ConvertByDefault(TyperGroup):
+class _QuickValues:
+    """Option values coerced without pydantic (see `cli_coercion.py`: 0.1 s of every run)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        quicken(self.params)
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)  # made on first use, then kept
+        if option is not None:
+            quicken([option])
+        return option
+
+
+class _Command(_QuickValues, TyperCommand):
+    pass
+
+
+class _ConvertByDefault(_QuickValues, TyperGroup):
     """Route `et-convert FILE ...` to the `convert` command."""
 
     def resolve_command(self, ctx, args):
@@ -149,6 +168,7 @@ def _run(action, debug: bool, quiet: bool, verbose: bool) -> int:
 
 @app.command(
     "convert",
+    cls=_Command,
     help=(
         "Convert INPUT (log, workload table, Chakra set or JSON dump) into OUTPUT.\n\n"
         "The output format follows OUTPUT's name (.json/.json.gz: Chrome trace; .pftrace: "
@@ -215,6 +235,7 @@ def convert_command(
 
 @app.command(
     "validate",
+    cls=_Command,
     help=(
         "Check a trace, log or workload for what would make a simulator stall or lie.\n\n"
         "Exit code 0: no errors; 1: errors found; 2: unusable input.\n\n"
@@ -253,6 +274,7 @@ def validate_command(
 
 @app.command(
     "stats",
+    cls=_Command,
     help=(
         "Print the iteration time and per-rank compute, exposed communication and idle time.\n\n"
         "Examples:\n\n"
@@ -297,6 +319,7 @@ def stats_command(
 
 @app.command(
     "simulate",
+    cls=_Command,
     help=(
         "Run ASTRA-sim on a Chakra set (or any input, written as one first) and print every rank's finish time "
         "beside et-convert's prediction.\n\n"
@@ -344,6 +367,7 @@ def simulate_command(
 
 @app.command(
     "report",
+    cls=_Command,
     help=(
         "Write one self-contained HTML page about a run: where each rank's time goes, a timeline "
         "overview, traffic, the critical path, the slowest collectives, findings and assumptions.\n\n"

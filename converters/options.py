@@ -75,9 +75,10 @@ def check(options: Options) -> None:
         if getattr(options, name) not in allowed:
             raise UsageError(f"unknown {flag(name)} {getattr(options, name)!r}; expected {' or '.join(allowed)}")
     _check_ranks(options.ranks)
-    from .scheduler.network import load_network
+    if options.network is not None or options.network_overrides:  # else the built-in defaults, known good
+        from .scheduler.network import load_network  # (the scheduler is imported only when needed)
 
-    load_network(options.network, options.network_overrides)
+        load_network(options.network, options.network_overrides)
 
 
 def _check_ranks(spec: str | None) -> None:
