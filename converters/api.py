@@ -193,9 +193,11 @@ def _convert(paths: list[Path], output: str | Path, to: str | None, fmt: str, op
 def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Path, options: Options):
     """(input format name, per-rank format) when workers (--jobs, --cluster) write a Chakra set's
     rank files, or None."""
-    from .builders import per_rank
+    if output_format(to, output).name != "chakra":
+        return None
+    from .builders import per_rank  # (multiprocessing: imported only for a Chakra set)
 
-    if output_format(to, output).name != "chakra" or not per_rank.uses_workers(options, paths):
+    if not per_rank.uses_workers(options, paths):
         return None
     name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
     found = getattr(importlib.import_module(input_format(name).load.partition(":")[0]), "PER_RANK_FORMAT", None)
