@@ -19,6 +19,13 @@ report or the simulator.
 import importlib
 import sys
 import types
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the names for type checkers and editors; at run time `__getattr__` imports them
+    from .api import convert, read, report, schedule, simulate, sweep, validate, write
+    from .diagnostics import Diagnostics, InputError
+    from .model import CollType, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
+    from .options import Options
 
 __version__ = "0.1.0"
 
