@@ -4,8 +4,8 @@
 form works beside the subcommands because an unknown first word means "convert".
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads every command's parameters from their
+# annotations, and evaluating them from strings took 6 ms of each run.
 import sys
 import traceback
 from pathlib import Path
