@@ -19,8 +19,8 @@ report or the simulator.
 import importlib
 import sys
 import types
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing; type checkers know the name)
 if TYPE_CHECKING:  # the names for type checkers and editors; at run time `__getattr__` imports them
     from .api import convert, read, report, schedule, simulate, sweep, validate, write
     from .diagnostics import Diagnostics, InputError
