@@ -74,6 +74,12 @@ def could_be_et_json(head: bytes) -> bool:
     return b'"et-convert.et-json"' in head
 
 
+def could_be_kineto(head: bytes) -> bool:
+    """False when `head` cannot start a PyTorch profiler trace (a Chrome trace: its reader takes
+    10 ms to import): the sniffer wants the "traceEvents" key in the head, gzip looked into."""
+    return head.startswith(GZIP_MAGIC) or b'"traceEvents"' in head
+
+
 # Order matters only for the message that lists what was tried.
 INPUT_FORMATS = [
     InputFormat("simai", "converters.readers.workload_text:sniff_simai", "converters.builders.workload:load_simai"),
@@ -83,7 +89,7 @@ INPUT_FORMATS = [
     InputFormat("optimus-log", "converters.readers.optimus_log:sniff", "converters.builders.optimus:load"),
     InputFormat("chakra", "converters.readers.chakra:sniff", "converters.readers.chakra:load", could_be_chakra),
     InputFormat("et-json", "converters.readers.et_json:sniff", "converters.readers.et_json:load", could_be_et_json),
-    InputFormat("kineto", "converters.readers.kineto:sniff", "converters.builders.kineto:load"),
+    InputFormat("kineto", "converters.readers.kineto:sniff", "converters.builders.kineto:load", could_be_kineto),
 ]
 
 OUTPUT_FORMATS = [

@@ -18,14 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import converters
-from converters.formats import INPUT_FORMATS, could_be_chakra, could_be_et_json, read_head, resolve
+from converters.formats import INPUT_FORMATS, could_be_chakra, could_be_et_json, could_be_kineto, read_head, resolve
 
 from conftest import ROOT, SAMPLES
 
 # Modules a conversion of a Megatron log to a Chrome trace has no use for.
 UNUSED_BY_A_LOG_TO_CHROME = [
     "converters.validate", "converters.report", "converters.simulate", "converters.sweep",
-    "converters.readers.chakra", "converters.readers.et_json", "converters._proto.et_def_pb2",
+    "converters.readers.chakra", "converters.readers.et_json", "converters.readers.kineto", "converters._proto.et_def_pb2",
     "google.protobuf", "pydantic", "rich",
 ]
 PUBLIC_FUNCTIONS = ["convert", "read", "report", "schedule", "simulate", "sweep", "validate", "write"]
@@ -116,6 +116,7 @@ def test_the_cheap_tests_never_refuse_a_sample_the_sniffers_accept():
         head = read_head(path)
         assert could_be_chakra(head) or not sniffed("chakra", head, path), path
         assert could_be_et_json(head) or not sniffed("et-json", head, path), path
+        assert could_be_kineto(head) or not sniffed("kineto", head, path), path
     chakra_file = next((SAMPLES / "chakra_data").glob("*.et"))
     assert could_be_chakra(read_head(chakra_file)) and sniffed("chakra", read_head(chakra_file), chakra_file)
 
@@ -124,7 +125,7 @@ def test_the_cheap_tests_refuse_text_inputs():
     for name in ("megatron_rank4_pp_tp2.log", "simai_tp8_pp16_1024gpu.txt", "optimusprime_llama1b_pp8.log",
                  "neusight_gpt2_block.tsv"):
         head = read_head(SAMPLES / name)
-        assert not could_be_chakra(head) and not could_be_et_json(head), name
+        assert not could_be_chakra(head) and not could_be_et_json(head) and not could_be_kineto(head), name
 
 
 def test_an_et_json_dump_and_a_gzipped_set_pass_the_cheap_tests(tmp_path):
@@ -155,6 +156,17 @@ def test_could_be_chakra_is_false_only_where_the_sniffer_is(tmp_path_factory, pr
 def test_could_be_et_json_is_false_only_where_the_sniffer_is(head):
     if not could_be_et_json(head):
         assert not sniffed("et-json", head, Path("x.json"))
+
+
+KINETO_HEAD = gzip.decompress((SAMPLES / "pytorch_gloo_4rank" / "rank-0.pt.trace.json.gz").read_bytes())[:1000]
+
+
+@given(cut=st.integers(0, 400), junk=st.binary(max_size=20), zipped=st.booleans())
+def test_could_be_kineto_is_false_only_where_the_sniffer_is(cut, junk, zipped):
+    head = junk + KINETO_HEAD[cut:]
+    head = gzip.compress(head) if zipped else head
+    if not could_be_kineto(head):
+        assert not sniffed("kineto", head, Path("x.json"))
 
 
 # ---------------------------------------------------------------- option values without pydantic
