@@ -121,11 +121,12 @@ def survey_file(path: Path, options: Options, name: str) -> FileSurvey:
 
 
 def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: Diagnostics) -> FileSurvey:
-    reading = subop_reading(records)
+    spans = _sub_spans(records)
+    reading = subop_reading(records, spans)
     ranks: dict[int, RankSurvey] = {}
     iterating: set[int] = set()  # ranks still in their first iteration
     simulation = problem = None
-    for record in records:
+    for record, span in zip(records, spans):
         survey = ranks.get(record.rank)
         if survey is None:
             survey = ranks[record.rank] = RankSurvey(_header(record), [], record.start_ns)
@@ -135,7 +136,7 @@ def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: D
                 record.where,
                 f"rank {record.rank} logs stage_id {record.stage} here but stage_id {survey.first.stage} at {survey.first.where}",
             )
-        _survey_record(survey, record, reading[0], record.rank in iterating)
+        _survey_record(survey, record, span, reading[0], record.rank in iterating)
         if record.op == "optimizer_step":
             iterating.discard(record.rank)
         if simulation is None and record.description == "simulation":
@@ -143,11 +144,17 @@ def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: D
     return FileSurvey(name, path, reading, ranks, simulation, problem, diagnostics, records)
 
 
-def _survey_record(survey: RankSurvey, record: OpRecord, reading: str, first_iteration: bool) -> None:
+def _survey_record(survey: RankSurvey, record: OpRecord, span: _SubSpan | None, reading: str,
+                   first_iteration: bool) -> None:
     subs = record.sub_ops
-    survey.earliest_ns = min(survey.earliest_ns, record.start_ns)
-    if subs:
-        survey.earliest_ns = min(survey.earliest_ns, *_sub_starts(subs, reading))
+    earliest = min(survey.earliest_ns, record.end_ns - record.duration_ns)
+    if span is not None:
+        first_stamp, _, longest = span
+        if reading != "end":
+            earliest = min(earliest, first_stamp)
+        elif first_stamp - longest < earliest:  # else no sub-operation starts before `earliest`: skip them
+            earliest = min(earliest, *_sub_starts(subs, reading))
+    survey.earliest_ns = earliest
     if record.op == "forward_step":
         survey.max_forward_batch = _larger(survey.max_forward_batch, record.batch)
     if record.op in P2P_OPS:
@@ -410,21 +417,39 @@ PER_RANK_FORMAT = MEGATRON  # what `converters.api` looks for to let workers wri
 
 # ---------------------------------------------------------------- grouping and checks
 
-def subop_reading(records: list[OpRecord]) -> tuple[str, str]:
+# A step's sub-operations' earliest and latest stamp and longest duration: bounds on where they lie
+# under either reading, found without a list per step (a stamp minus the longest duration is at or
+# before every start read from end times; plus it, at or after every end read from start times).
+_SubSpan = tuple[int, int, int]
+
+
+def _sub_spans(records: list[OpRecord]) -> list[_SubSpan | None]:
+    """Each record's _SubSpan; None for a record without sub-operations."""
+    return [(min(subs.stamps), max(subs.stamps), max(subs.durations)) if (subs := record.sub_ops) else None
+            for record in records]
+
+
+def subop_reading(records: list[OpRecord], spans: list[_SubSpan | None] | None = None) -> tuple[str, str]:
     """Whether this file's sub-operation timestamps are end or start times, and why.
 
     Each reading is tried: the one that puts fewer sub-operations outside their step wins; a
-    tie keeps "end" (what FORMATS.md §2 found in the real sample).
+    tie keeps "end" (what FORMATS.md §2 found in the real sample). A step whose span fits inside
+    it under a reading has no sub-operation outside it: only the others are counted one by one.
     """
     total = outside_as_end = outside_as_start = 0
-    for record in records:
-        subs = record.sub_ops
-        if not subs:
+    for record, span in zip(records, spans or _sub_spans(records)):
+        if span is None:
             continue
-        low, high = record.start_ns - STAMP_TOLERANCE_NS, record.end_ns + STAMP_TOLERANCE_NS
+        subs = record.sub_ops
+        first_stamp, last_stamp, longest = span
+        low, high = record.end_ns - record.duration_ns - STAMP_TOLERANCE_NS, record.end_ns + STAMP_TOLERANCE_NS
         total += len(subs)
-        outside_as_end += _outside(_sub_starts(subs, "end"), subs.stamps, low, high)
-        outside_as_start += _outside(subs.stamps, list(map(operator.add, subs.stamps, subs.durations)), low, high)
+        if not (first_stamp - longest >= low and last_stamp <= high):
+            outside_as_end += _outside(_sub_starts(subs, "end"), subs.stamps, low, high)
+        if first_stamp < low:
+            outside_as_start += _outside(subs.stamps, list(map(operator.add, subs.stamps, subs.durations)), low, high)
+        elif last_stamp + longest > high:  # none starts early: count the late ends alone
+            outside_as_start += sum(map(operator.lt, repeat(high), map(operator.add, subs.stamps, subs.durations)))
     if total == 0:
         return "end", "no sub-operations"
     if outside_as_start > outside_as_end:
@@ -681,7 +706,7 @@ class _RankBuilder:
     # (kinds, op, mg_state, stage) of a step's sub-operations -> each one's (name, args, coll, group id, size),
     # when they warned of nothing: a log repeats a few sequences in thousands of steps. The reader shares
     # one kinds tuple per sequence, so its id is the key (the value keeps it alive: the id stays its own).
-    _sub_plans: dict[tuple, tuple[tuple, list[tuple]]] = field(default_factory=dict)
+    _sub_plans: dict[tuple, tuple[tuple, tuple[tuple, ...]]] = field(default_factory=dict)
     p2p: list[int] = field(default_factory=list)  # positions of the sends and receives made
 
     def build(self, rank_id: int, records: list[OpRecord], origin: int) -> Rank:
@@ -781,22 +806,43 @@ class _RankBuilder:
         if kinds_plan is None:
             self._add_sub_ops_one_by_one(parent, record, deps, key)
             return
-        plan = kinds_plan[1]
-        durations = subs.durations
-        starts = list(map(operator.sub, subs.stamps, durations)) if self.readings[record.file][0] == "end" else subs.stamps
+        names, args, colls, groups, sizes = kinds_plan[1]
+        durations, stamps = subs.durations, subs.stamps
+        if self.readings[record.file][0] == "end":
+            starts, ends = list(map(operator.sub, stamps, durations)), stamps
+        else:
+            starts, ends = stamps, map(operator.add, stamps, durations)
+        if min(starts) < record.start_ns or max(ends) > record.end_ns:
+            self._add_clipped_sub_ops(parent, record, deps, names, args, colls, groups, sizes, starts)
+            return
+        # every one inside its step: the nodes from the plan's columns and the times, without a Python step per node
+        nodes = self.rank.nodes
+        first = len(nodes)
+        count = len(durations)
+        chained = [list(deps)]
+        chained += map(list, zip(range(first, first + count - 1)))  # each waits for the one before
+        nodes += map(Node, range(first, first + count), names, repeat(NodeKind.COLLECTIVE), durations, chained,
+                     [[] for _ in range(count)], colls, sizes, groups, repeat(None), repeat(None),
+                     map(operator.sub, starts, repeat(self.origin)), repeat(""), repeat(parent.id),
+                     repeat(parent.microbatch), repeat(parent.source), args)
+
+    def _add_clipped_sub_ops(self, parent: Node, record: OpRecord, deps: list[int], names, args, colls, groups, sizes,
+                             starts) -> None:
+        """The sub-operations of a planned sequence when some reach outside their step: clipped one by one."""
         low, high, origin = record.start_ns, record.end_ns, self.origin
         nodes = self.rank.nodes
         where, parent_id, microbatch = parent.source, parent.id, parent.microbatch
         collective = NodeKind.COLLECTIVE
         previous = list(deps)
-        for (name, args, coll, group, size), duration, start in zip(plan, durations, starts):
+        for name, shared, coll, group, size, duration, start in zip(names, args, colls, groups, sizes,
+                                                                    record.sub_ops.durations, starts):
             end = start + duration
             if start < low or end > high:
                 start, end = _clipped(start, end, record, self.diagnostics)
                 duration = end - start
             # positional: Node's fields in order, from id to args (keywords cost more per node)
             node = Node(len(nodes), name, collective, duration, previous, [], coll, size, group, None, None,
-                        start - origin, "", parent_id, microbatch, where, args)
+                        start - origin, "", parent_id, microbatch, where, shared)
             nodes.append(node)
             previous = [node.id]
 
@@ -835,7 +881,7 @@ class _RankBuilder:
         if plan is not None:
             if len(self._sub_plans) >= 4096:  # sequences the reader could not share: keep memory flat
                 self._sub_plans.clear()
-            self._sub_plans[key] = (record.sub_ops.kinds, plan)
+            self._sub_plans[key] = (record.sub_ops.kinds, tuple(zip(*plan)))  # as columns: names, args, colls, groups, sizes
 
     def _describe_sub_op(self, node: Node, sub: SubOpKind, where: str) -> None:
         """The sub-operation's group, collective type and size; remembered when nothing was warned about."""

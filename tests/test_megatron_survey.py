@@ -1,0 +1,79 @@
+"""The Megatron survey's shortcuts (a step's sub-operations judged by their earliest and latest
+stamp and longest duration, counted one by one only when those bounds reach outside the step)
+give what counting every sub-operation gives: the file's reading, its reason, each rank's
+earliest start."""
+
+from __future__ import annotations
+
+import operator
+from array import array
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from converters.builders import megatron
+from converters.builders.megatron import STAMP_TOLERANCE_NS
+from converters.diagnostics import Diagnostics
+from converters.readers.megatron_log import NO_EXTRAS, NO_SUB_OPS, OpRecord, SubOpKind, SubOps
+
+KIND = SubOpKind((4, 8), "torch.float32", "tp", "allreduce", "linear_fwd", "allreduce", NO_EXTRAS)
+
+
+def counted_reading(records: list[OpRecord]) -> tuple[str, str]:
+    """subop_reading as it was: every sub-operation of every step counted under both readings."""
+    total = as_end = as_start = 0
+    for record in records:
+        subs = record.sub_ops
+        if not subs:
+            continue
+        low, high = record.start_ns - STAMP_TOLERANCE_NS, record.end_ns + STAMP_TOLERANCE_NS
+        total += len(subs)
+        for stamp, duration in zip(subs.stamps, subs.durations):
+            as_end += stamp - duration < low or stamp > high
+            as_start += stamp < low or stamp + duration > high
+    if total == 0:
+        return "end", "no sub-operations"
+    if as_start > as_end:
+        return "end", f"read as start times, {as_start} of {total} sub-operations would end outside their step"
+    if as_end > as_start:
+        return "start", f"read as end times, {as_end} of {total} sub-operations would start outside their step"
+    return "end", f"both readings fit all {total} sub-operations; end times assumed (the tracer's usual stamp)"
+
+
+def counted_earliest(records: list[OpRecord], reading: str) -> dict[int, int]:
+    earliest: dict[int, int] = {}
+    for record in records:
+        starts = [record.start_ns]
+        if reading == "end":
+            starts += map(operator.sub, record.sub_ops.stamps, record.sub_ops.durations)
+        else:
+            starts += record.sub_ops.stamps
+        earliest[record.rank] = min(earliest.get(record.rank, starts[0]), *starts)
+    return earliest
+
+
+TIMES = st.integers(0, 200_000)
+
+
+@st.composite
+def steps(draw):
+    """Records of two ranks whose sub-operations lie inside, near or outside their step."""
+    records = []
+    for line in range(draw(st.integers(1, 8))):
+        start, duration = draw(TIMES), draw(st.integers(0, 100_000))
+        subs = draw(st.lists(st.tuples(st.integers(start - 30_000, start + duration + 30_000), st.integers(0, 40_000)),
+                             max_size=6))
+        sub_ops = SubOps((KIND,) * len(subs), array("q", [d for _, d in subs]), array("q", [s for s, _ in subs])) \
+            if subs else NO_SUB_OPS
+        records.append(OpRecord(line % 2, "forward_step", 0, line, None, duration, start + duration, None, None, None,
+                                None, sub_ops, "r.log", line + 1))
+    return records
+
+
+@settings(max_examples=400, deadline=None)
+@given(steps())
+def test_the_survey_counts_as_every_sub_operation_counted(records):
+    survey = megatron.survey_records("r.log", "r.log", records, Diagnostics())
+    assert survey.reading == counted_reading(records)
+    earliest = counted_earliest(records, survey.reading[0])
+    assert {rank: rank_survey.earliest_ns for rank, rank_survey in survey.ranks.items()} == earliest
