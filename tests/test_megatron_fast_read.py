@@ -5,6 +5,7 @@ included, and shares what repeats."""
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -33,6 +34,7 @@ def general(line: str):
         patched.setattr(megatron_log, "_plain_string_list", lambda text: None)
         patched.setattr(megatron_log, "_plain_fields", lambda body: None)
         patched.setattr(megatron_log, "_plain_ms", lambda text: None)
+        patched.setattr(megatron_log, "_LINE_HEAD", re.compile("(?!)"))  # every line split by _LINE
         return parse_or_error(line)
 
 
@@ -80,6 +82,18 @@ LINES = [
     "rank:0:forward_step(stage_id=0,duration=9,timestamp=10,sub_operations=['duration=0.3,timestamp=1'])",  # no batch_id
     "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=['duration=0.3,timestamp=1']",  # cut off
     "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,description=a, b,timestamp=10,sub_operations=['duration=0.3,timestamp=1'])",
+    # around the line: spaces, a line break, a second list marker (the fast path cuts at the first, the general at the last)
+    "  " + step("duration=0.3,timestamp=1,group=tp"),
+    step("duration=0.3,timestamp=1,group=tp") + " \t",
+    step("duration=0.3,timestamp=1,group=tp") + "\n",
+    step("duration=0.3,timestamp=1,group=tp").replace("group=tp", "group=t\np"),
+    step("duration=0.3,timestamp=1,group=tp") + ")",
+    step("duration=0.3,timestamp=1,note=x,sub_operations=[1]"),
+    step("duration=0.3,timestamp=1,group=tp", "duration=0.3,timestamp=2,sub_operations=['duration=0.3,timestamp=1'"),
+    "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=[],sub_operations=['duration=0.3,timestamp=1'])",
+    "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=['duration=0.3,timestamp=1'],sub_operations=[])",
+    "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=['duration=0.3,timestamp=1'],"
+    "sub_operations=['duration=0.3,timestamp=2'])",
 ]
 
 
