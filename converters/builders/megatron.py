@@ -706,7 +706,7 @@ class _RankBuilder:
     # (kinds, op, mg_state, stage) of a step's sub-operations -> each one's (name, args, coll, group id, size),
     # when they warned of nothing: a log repeats a few sequences in thousands of steps. The reader shares
     # one kinds tuple per sequence, so its id is the key (the value keeps it alive: the id stays its own).
-    _sub_plans: dict[tuple, tuple[tuple, tuple[tuple, ...]]] = field(default_factory=dict)
+    _sub_plans: dict[tuple, tuple[tuple, list[tuple]]] = field(default_factory=dict)
     p2p: list[int] = field(default_factory=list)  # positions of the sends and receives made
 
     def build(self, rank_id: int, records: list[OpRecord], origin: int) -> Rank:
@@ -806,43 +806,22 @@ class _RankBuilder:
         if kinds_plan is None:
             self._add_sub_ops_one_by_one(parent, record, deps, key)
             return
-        names, args, colls, groups, sizes = kinds_plan[1]
-        durations, stamps = subs.durations, subs.stamps
-        if self.readings[record.file][0] == "end":
-            starts, ends = list(map(operator.sub, stamps, durations)), stamps
-        else:
-            starts, ends = stamps, map(operator.add, stamps, durations)
-        if min(starts) < record.start_ns or max(ends) > record.end_ns:
-            self._add_clipped_sub_ops(parent, record, deps, names, args, colls, groups, sizes, starts)
-            return
-        # every one inside its step: the nodes from the plan's columns and the times, without a Python step per node
-        nodes = self.rank.nodes
-        first = len(nodes)
-        count = len(durations)
-        chained = [list(deps)]
-        chained += map(list, zip(range(first, first + count - 1)))  # each waits for the one before
-        nodes += map(Node, range(first, first + count), names, repeat(NodeKind.COLLECTIVE), durations, chained,
-                     [[] for _ in range(count)], colls, sizes, groups, repeat(None), repeat(None),
-                     map(operator.sub, starts, repeat(self.origin)), repeat(""), repeat(parent.id),
-                     repeat(parent.microbatch), repeat(parent.source), args)
-
-    def _add_clipped_sub_ops(self, parent: Node, record: OpRecord, deps: list[int], names, args, colls, groups, sizes,
-                             starts) -> None:
-        """The sub-operations of a planned sequence when some reach outside their step: clipped one by one."""
+        plan = kinds_plan[1]
+        durations = subs.durations
+        starts = list(map(operator.sub, subs.stamps, durations)) if self.readings[record.file][0] == "end" else subs.stamps
         low, high, origin = record.start_ns, record.end_ns, self.origin
         nodes = self.rank.nodes
         where, parent_id, microbatch = parent.source, parent.id, parent.microbatch
         collective = NodeKind.COLLECTIVE
         previous = list(deps)
-        for name, shared, coll, group, size, duration, start in zip(names, args, colls, groups, sizes,
-                                                                    record.sub_ops.durations, starts):
+        for (name, args, coll, group, size), duration, start in zip(plan, durations, starts):
             end = start + duration
             if start < low or end > high:
                 start, end = _clipped(start, end, record, self.diagnostics)
                 duration = end - start
             # positional: Node's fields in order, from id to args (keywords cost more per node)
             node = Node(len(nodes), name, collective, duration, previous, [], coll, size, group, None, None,
-                        start - origin, "", parent_id, microbatch, where, shared)
+                        start - origin, "", parent_id, microbatch, where, args)
             nodes.append(node)
             previous = [node.id]
 
@@ -881,7 +860,7 @@ class _RankBuilder:
         if plan is not None:
             if len(self._sub_plans) >= 4096:  # sequences the reader could not share: keep memory flat
                 self._sub_plans.clear()
-            self._sub_plans[key] = (record.sub_ops.kinds, tuple(zip(*plan)))  # as columns: names, args, colls, groups, sizes
+            self._sub_plans[key] = (record.sub_ops.kinds, plan)
 
     def _describe_sub_op(self, node: Node, sub: SubOpKind, where: str) -> None:
         """The sub-operation's group, collective type and size; remembered when nothing was warned about."""
