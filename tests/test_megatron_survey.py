@@ -77,3 +77,28 @@ def test_the_survey_counts_as_every_sub_operation_counted(records):
     assert survey.reading == counted_reading(records)
     earliest = counted_earliest(records, survey.reading[0])
     assert {rank: rank_survey.earliest_ns for rank, rank_survey in survey.ranks.items()} == earliest
+
+
+# ---------------------------------------------------------------- the sub-operations' shared empty ctrl_deps
+
+def test_sub_operations_share_one_read_only_empty_ctrl_deps(tmp_path):
+    import copy
+    import pickle
+
+    import pytest
+
+    import converters as etc
+    from helpers.megatron_synth import write_run
+
+    trace = etc.read(write_run(tmp_path, stages=2, tp=2, microbatches=2), "megatron-log", tp=2)
+    subs = [node for rank in trace.ranks.values() for node in rank.nodes if node.parent is not None]
+    assert subs and all(node.ctrl_deps is megatron.NO_CTRL_DEPS for node in subs)
+    assert megatron.NO_CTRL_DEPS == [] and subs[0].deps + subs[0].ctrl_deps == subs[0].deps
+    for change in (lambda deps: deps.append(1), lambda deps: deps.extend([1]), lambda deps: deps.insert(0, 1)):
+        with pytest.raises(TypeError):
+            change(subs[0].ctrl_deps)
+    with pytest.raises(TypeError):
+        subs[0].ctrl_deps += [1]
+    assert megatron.NO_CTRL_DEPS == []
+    assert pickle.loads(pickle.dumps(subs[0])).ctrl_deps is megatron.NO_CTRL_DEPS
+    assert copy.deepcopy(subs[0]).ctrl_deps is megatron.NO_CTRL_DEPS

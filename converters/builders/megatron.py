@@ -74,6 +74,24 @@ MAX_BYTES = (1 << 63) - 1  # Chakra's comm_size is an int64
 STAMP_TOLERANCE_NS = 10_000
 
 
+class _NoDeps(list):
+    """The empty, read-only `ctrl_deps` that every sub-operation's node shares (hundreds of thousands
+    of them in a long log: one empty list each held 16 MB of benchmark 7's 156). Like SharedArgs:
+    to change a node's, give it its own list."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("this empty ctrl_deps is shared by many nodes; give the node its own list to change it")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce__(self):  # unpickles as the one shared instance
+        return "NO_CTRL_DEPS"
+
+
+NO_CTRL_DEPS = _NoDeps()
+
+
 def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
     return per_rank.run(MEGATRON, paths, options, diagnostics)
 
@@ -820,7 +838,7 @@ class _RankBuilder:
                 start, end = _clipped(start, end, record, self.diagnostics)
                 duration = end - start
             # positional: Node's fields in order, from id to args (keywords cost more per node)
-            node = Node(len(nodes), name, collective, duration, previous, [], coll, size, group, None, None,
+            node = Node(len(nodes), name, collective, duration, previous, NO_CTRL_DEPS, coll, size, group, None, None,
                         start - origin, "", parent_id, microbatch, where, args)
             nodes.append(node)
             previous = [node.id]
@@ -839,7 +857,7 @@ class _RankBuilder:
             if start < record.start_ns or end > record.end_ns:
                 start, end = _clipped(start, end, record, self.diagnostics)
             node = Node(
-                len(nodes), _sub_name(kind.name, kind.comm_func), NodeKind.COLLECTIVE, end - start, previous,
+                len(nodes), _sub_name(kind.name, kind.comm_func), NodeKind.COLLECTIVE, end - start, previous, NO_CTRL_DEPS,
                 start_ns=start - self.origin, parent=parent.id, microbatch=parent.microbatch, source=where,
                 args=_sub_args(kind.comm_func, kind.func_name, kind.trace_src_func, kind.group, kind.dtype, kind.shape,
                                record.stage, record.op, record.mg_state, index),
