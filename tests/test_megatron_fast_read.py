@@ -154,6 +154,17 @@ def test_any_list_reads_as_the_general_parser(listed):
     assert parse_or_error(line) == general(line)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(items(), max_size=4))
+def test_any_list_read_knows_its_bounds(listed):
+    """SubOps.bounds (earliest stamp, latest stamp, longest duration) as the columns give them."""
+    record = parse_or_error(step(*listed))
+    if not isinstance(record, str):
+        subs = record.sub_ops
+        expected = (min(subs.stamps), max(subs.stamps), max(subs.durations)) if subs else None
+        assert subs.bounds == expected
+
+
 def test_lists_the_general_parser_reads_share_their_kinds_too():
     line = 'rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=["duration=0.3,timestamp={t},group=tp"])'
     first = megatron_log.parse_line(line.format(t=1), "r.log", 1)

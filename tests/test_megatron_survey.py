@@ -102,3 +102,39 @@ def test_sub_operations_share_one_read_only_empty_ctrl_deps(tmp_path):
     assert megatron.NO_CTRL_DEPS == []
     assert pickle.loads(pickle.dumps(subs[0])).ctrl_deps is megatron.NO_CTRL_DEPS
     assert copy.deepcopy(subs[0]).ctrl_deps is megatron.NO_CTRL_DEPS
+
+
+# ---------------------------------------------------------------- planned steps judged by their bounds
+
+def test_planned_steps_inside_or_outside_make_the_nodes_made_one_by_one(tmp_path, monkeypatch):
+    """A planned sequence's nodes (made without a check per node when SubOps.bounds fit inside the
+    step) equal those described one by one, under both readings, with steps reaching outside."""
+    import pytest
+
+    import converters as etc
+    from helpers.megatron_synth import write_run
+
+    def build(paths):
+        diagnostics = Diagnostics()
+        return etc.read(paths, "megatron-log", diagnostics=diagnostics, tp=2), diagnostics.messages()
+
+    def one_by_one(self, parent, record, deps):
+        if record.sub_ops:
+            self._add_sub_ops_one_by_one(parent, record, deps, ("never", "used"))
+
+    for stamp in ("end", "start"):
+        paths = write_run(tmp_path / stamp, stages=2, tp=2, microbatches=4, subop_stamp=stamp)
+        lines = paths[1].read_text().splitlines()
+        steps = [i for i, line in enumerate(lines) if ":forward_step(" in line]
+        lines[steps[-1]] = lines[steps[-1]].replace(",duration=0.", ",duration=40.", 1)  # one step reaches outside
+        lines[steps[-2]] = lines[steps[-2]].replace(",duration=0.", ",duration=0.0", 1)  # a tighter one still inside
+        paths[1].write_text("\n".join(lines) + "\n")
+        planned, planned_messages = build(paths)
+        with pytest.MonkeyPatch.context() as patched:
+            patched.setattr(megatron._RankBuilder, "_add_sub_ops", one_by_one)
+            described, described_messages = build(paths)
+        assert set(planned.metadata["subop_timestamps"].values()) == {stamp}
+        assert planned_messages == described_messages
+        assert any("lie outside their step" in m for m in planned_messages)
+        for r in planned.ranks:
+            assert planned.ranks[r].nodes == described.ranks[r].nodes

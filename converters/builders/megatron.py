@@ -139,12 +139,11 @@ def survey_file(path: Path, options: Options, name: str) -> FileSurvey:
 
 
 def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: Diagnostics) -> FileSurvey:
-    spans = _sub_spans(records)
-    reading = subop_reading(records, spans)
+    reading = subop_reading(records)
     ranks: dict[int, RankSurvey] = {}
     iterating: set[int] = set()  # ranks still in their first iteration
     simulation = problem = None
-    for record, span in zip(records, spans):
+    for record in records:
         survey = ranks.get(record.rank)
         if survey is None:
             survey = ranks[record.rank] = RankSurvey(_header(record), [], record.start_ns)
@@ -154,7 +153,7 @@ def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: D
                 record.where,
                 f"rank {record.rank} logs stage_id {record.stage} here but stage_id {survey.first.stage} at {survey.first.where}",
             )
-        _survey_record(survey, record, span, reading[0], record.rank in iterating)
+        _survey_record(survey, record, reading[0], record.rank in iterating)
         if record.op == "optimizer_step":
             iterating.discard(record.rank)
         if simulation is None and record.description == "simulation":
@@ -162,12 +161,11 @@ def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: D
     return FileSurvey(name, path, reading, ranks, simulation, problem, diagnostics, records)
 
 
-def _survey_record(survey: RankSurvey, record: OpRecord, span: _SubSpan | None, reading: str,
-                   first_iteration: bool) -> None:
+def _survey_record(survey: RankSurvey, record: OpRecord, reading: str, first_iteration: bool) -> None:
     subs = record.sub_ops
     earliest = min(survey.earliest_ns, record.end_ns - record.duration_ns)
-    if span is not None:
-        first_stamp, _, longest = span
+    if subs:
+        first_stamp, _, longest = subs.bounds
         if reading != "end":
             earliest = min(earliest, first_stamp)
         elif first_stamp - longest < earliest:  # else no sub-operation starts before `earliest`: skip them
@@ -435,31 +433,21 @@ PER_RANK_FORMAT = MEGATRON  # what `converters.api` looks for to let workers wri
 
 # ---------------------------------------------------------------- grouping and checks
 
-# A step's sub-operations' earliest and latest stamp and longest duration: bounds on where they lie
-# under either reading, found without a list per step (a stamp minus the longest duration is at or
-# before every start read from end times; plus it, at or after every end read from start times).
-_SubSpan = tuple[int, int, int]
-
-
-def _sub_spans(records: list[OpRecord]) -> list[_SubSpan | None]:
-    """Each record's _SubSpan; None for a record without sub-operations."""
-    return [(min(subs.stamps), max(subs.stamps), max(subs.durations)) if (subs := record.sub_ops) else None
-            for record in records]
-
-
-def subop_reading(records: list[OpRecord], spans: list[_SubSpan | None] | None = None) -> tuple[str, str]:
+def subop_reading(records: list[OpRecord]) -> tuple[str, str]:
     """Whether this file's sub-operation timestamps are end or start times, and why.
 
     Each reading is tried: the one that puts fewer sub-operations outside their step wins; a
-    tie keeps "end" (what FORMATS.md §2 found in the real sample). A step whose span fits inside
-    it under a reading has no sub-operation outside it: only the others are counted one by one.
+    tie keeps "end" (what FORMATS.md §2 found in the real sample). A step whose sub-operations'
+    bounds (SubOps.bounds: a stamp minus the longest duration is at or before every start read
+    from end times; plus it, at or after every end read from start times) fit inside it under a
+    reading has none outside it: only the others are counted one by one.
     """
     total = outside_as_end = outside_as_start = 0
-    for record, span in zip(records, spans or _sub_spans(records)):
-        if span is None:
-            continue
+    for record in records:
         subs = record.sub_ops
-        first_stamp, last_stamp, longest = span
+        if not subs:
+            continue
+        first_stamp, last_stamp, longest = subs.bounds
         low, high = record.end_ns - record.duration_ns - STAMP_TOLERANCE_NS, record.end_ns + STAMP_TOLERANCE_NS
         total += len(subs)
         if not (first_stamp - longest >= low and last_stamp <= high):
@@ -826,18 +814,31 @@ class _RankBuilder:
             return
         plan = kinds_plan[1]
         durations = subs.durations
-        starts = list(map(operator.sub, subs.stamps, durations)) if self.readings[record.file][0] == "end" else subs.stamps
         low, high, origin = record.start_ns, record.end_ns, self.origin
         nodes = self.rank.nodes
         where, parent_id, microbatch = parent.source, parent.id, parent.microbatch
         collective = NodeKind.COLLECTIVE
         previous = list(deps)
+        first, last, longest = subs.bounds
+        if self.readings[record.file][0] == "end":
+            starts = map(operator.sub, subs.stamps, durations)
+            inside = first - longest >= low and last <= high
+        else:
+            starts = subs.stamps
+            inside = first >= low and last + longest <= high
+        if inside:  # every one inside its step (most steps): nothing to clip
+            for (name, args, coll, group, size), duration, start in zip(plan, durations, starts):
+                # positional: Node's fields in order, from id to args (keywords cost more per node)
+                node = Node(len(nodes), name, collective, duration, previous, NO_CTRL_DEPS, coll, size, group, None,
+                            None, start - origin, "", parent_id, microbatch, where, args)
+                nodes.append(node)
+                previous = [node.id]
+            return
         for (name, args, coll, group, size), duration, start in zip(plan, durations, starts):
             end = start + duration
             if start < low or end > high:
                 start, end = _clipped(start, end, record, self.diagnostics)
                 duration = end - start
-            # positional: Node's fields in order, from id to args (keywords cost more per node)
             node = Node(len(nodes), name, collective, duration, previous, NO_CTRL_DEPS, coll, size, group, None, None,
                         start - origin, "", parent_id, microbatch, where, args)
             nodes.append(node)

@@ -131,14 +131,22 @@ class SubOpKind:
 
 class SubOps(Sequence):
     """A step's sub-operations as columns: their kinds (one tuple shared by every step that logs
-    the same sequence) and two int64 arrays of times. Items read as `SubOp`s, made on demand."""
+    the same sequence) and two int64 arrays of times. Items read as `SubOp`s, made on demand.
 
-    __slots__ = ("kinds", "durations", "stamps")
+    `bounds` is (earliest stamp, latest stamp, longest duration), None when there are none: where
+    they lie under either reading of the stamps, known without a pass over them (the builder
+    judges a whole step by it; the reader finds two of the three anyway)."""
 
-    def __init__(self, kinds: tuple[SubOpKind, ...] = (), durations: array | None = None, stamps: array | None = None):
+    __slots__ = ("kinds", "durations", "stamps", "bounds")
+
+    def __init__(self, kinds: tuple[SubOpKind, ...] = (), durations: array | None = None, stamps: array | None = None,
+                 bounds: tuple[int, int, int] | None = None):
         self.kinds = kinds
         self.durations = array("q") if durations is None else durations  # ns
         self.stamps = array("q") if stamps is None else stamps  # ns, as logged
+        if bounds is None and self.stamps:
+            bounds = (min(self.stamps), max(self.stamps), max(self.durations))
+        self.bounds = bounds
 
     @classmethod
     def of(cls, subs) -> SubOps:
@@ -464,9 +472,10 @@ def _timed_sub_ops(text: str) -> SubOps | None:
                                 map(_FRACTION_NS.__getitem__, fractions)))
     except OverflowError:
         return None
-    if max(durations) > _MAX_NS or max(stamps) > _MAX_NS:
+    longest, last = max(durations), max(stamps)
+    if longest > _MAX_NS or last > _MAX_NS:
         return None
-    return SubOps(kinds, durations, stamps)
+    return SubOps(kinds, durations, stamps, (min(stamps), last, longest))
 
 
 def _new_structure(structure: tuple[str, ...], pieces: list[str]):
