@@ -82,6 +82,17 @@ LINES = [
     "rank:0:forward_step(stage_id=0,duration=9,timestamp=10,sub_operations=['duration=0.3,timestamp=1'])",  # no batch_id
     "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=['duration=0.3,timestamp=1']",  # cut off
     "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,description=a, b,timestamp=10,sub_operations=['duration=0.3,timestamp=1'])",
+    # times the split takes but only the general parser reads (or reads to the same value)
+    step("duration=0.3,timestamp=00000000000001.5,group=tp"),  # 14 digits, leading zeros
+    step("duration=0.3,timestamp=99999999999999999999,group=tp"),
+    step("duration=1.,timestamp=2,group=tp"),
+    step("duration=.5,timestamp=2,group=tp"),
+    step("duration=1..5,timestamp=2,group=tp"),
+    step("duration=0.1234567,timestamp=2,group=tp"),
+    step("duration=00000000000000.5,timestamp=2,group=tp"),
+    step("duration=0.3,timestamp=1.5,group=tp", "duration=0.3,timestamp=2.,group=tp"),
+    step("duration=0.3,timestamp=1.,group=tp", "duration=0.3,timestamp=2.5,group=tp"),
+    step("duration=0.3,timestamp=1.5.5,group=tp"),
     # around the line: spaces, a line break, a second list marker (the fast path cuts at the first, the general at the last)
     "  " + step("duration=0.3,timestamp=1,group=tp"),
     step("duration=0.3,timestamp=1,group=tp") + " \t",
