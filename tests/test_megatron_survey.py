@@ -138,3 +138,15 @@ def test_planned_steps_inside_or_outside_make_the_nodes_made_one_by_one(tmp_path
         assert any("lie outside their step" in m for m in planned_messages)
         for r in planned.ranks:
             assert planned.ranks[r].nodes == described.ranks[r].nodes
+
+
+def test_a_record_with_other_sub_operations_is_what_replace_makes():
+    from dataclasses import fields, replace
+
+    record = OpRecord(3, "forward_step", 1, 2, "steady", 5, 9, "d", "pp", (2, 3), "torch.float16", NO_SUB_OPS, "r.log", 4,
+                      {"zeta": "1"}, "9", "5")
+    subs = SubOps((KIND,), array("q", [1]), array("q", [8]))
+    made, expected = record.with_sub_ops(subs), replace(record, sub_ops=subs)
+    assert made == expected and [getattr(made, f.name) for f in fields(OpRecord)] == [
+        getattr(expected, f.name) for f in fields(OpRecord)]
+    assert len({getattr(record, f.name) is not None for f in fields(OpRecord)}) == 1  # every field set, so all are compared

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import repeat
 from math import prod
 from pathlib import Path
@@ -209,7 +209,7 @@ def _header(record: OpRecord, keep: list[int] | None = None) -> OpRecord:
     """The record without its sub-operations (or with those at the positions given)."""
     if not record.sub_ops:
         return record  # records are never changed: it can be shared
-    return replace(record, sub_ops=record.sub_ops.only(keep or []))
+    return record.with_sub_ops(record.sub_ops.only(keep or []))
 
 
 @dataclass
