@@ -5,6 +5,7 @@ included, and shares what repeats."""
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -33,6 +34,7 @@ def general(line: str):
         patched.setattr(megatron_log, "_plain_string_list", lambda text: None)
         patched.setattr(megatron_log, "_plain_fields", lambda body: None)
         patched.setattr(megatron_log, "_plain_ms", lambda text: None)
+        patched.setattr(megatron_log, "_LINE_HEAD", re.compile("(?!)"))  # every line split by _LINE
         return parse_or_error(line)
 
 
@@ -80,6 +82,29 @@ LINES = [
     "rank:0:forward_step(stage_id=0,duration=9,timestamp=10,sub_operations=['duration=0.3,timestamp=1'])",  # no batch_id
     "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=['duration=0.3,timestamp=1']",  # cut off
     "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,description=a, b,timestamp=10,sub_operations=['duration=0.3,timestamp=1'])",
+    # times the split takes but only the general parser reads (or reads to the same value)
+    step("duration=0.3,timestamp=00000000000001.5,group=tp"),  # 14 digits, leading zeros
+    step("duration=0.3,timestamp=99999999999999999999,group=tp"),
+    step("duration=1.,timestamp=2,group=tp"),
+    step("duration=.5,timestamp=2,group=tp"),
+    step("duration=1..5,timestamp=2,group=tp"),
+    step("duration=0.1234567,timestamp=2,group=tp"),
+    step("duration=00000000000000.5,timestamp=2,group=tp"),
+    step("duration=0.3,timestamp=1.5,group=tp", "duration=0.3,timestamp=2.,group=tp"),
+    step("duration=0.3,timestamp=1.,group=tp", "duration=0.3,timestamp=2.5,group=tp"),
+    step("duration=0.3,timestamp=1.5.5,group=tp"),
+    # around the line: spaces, a line break, a second list marker (the fast path cuts at the first, the general at the last)
+    "  " + step("duration=0.3,timestamp=1,group=tp"),
+    step("duration=0.3,timestamp=1,group=tp") + " \t",
+    step("duration=0.3,timestamp=1,group=tp") + "\n",
+    step("duration=0.3,timestamp=1,group=tp").replace("group=tp", "group=t\np"),
+    step("duration=0.3,timestamp=1,group=tp") + ")",
+    step("duration=0.3,timestamp=1,note=x,sub_operations=[1]"),
+    step("duration=0.3,timestamp=1,group=tp", "duration=0.3,timestamp=2,sub_operations=['duration=0.3,timestamp=1'"),
+    "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=[],sub_operations=['duration=0.3,timestamp=1'])",
+    "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=['duration=0.3,timestamp=1'],sub_operations=[])",
+    "rank:0:forward_step(stage_id=0,batch_id=0,duration=9,timestamp=10,sub_operations=['duration=0.3,timestamp=1'],"
+    "sub_operations=['duration=0.3,timestamp=2'])",
 ]
 
 
@@ -138,6 +163,17 @@ def items(draw):
 def test_any_list_reads_as_the_general_parser(listed):
     line = step(*listed)
     assert parse_or_error(line) == general(line)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(items(), max_size=4))
+def test_any_list_read_knows_its_bounds(listed):
+    """SubOps.bounds (earliest stamp, latest stamp, longest duration) as the columns give them."""
+    record = parse_or_error(step(*listed))
+    if not isinstance(record, str):
+        subs = record.sub_ops
+        expected = (min(subs.stamps), max(subs.stamps), max(subs.durations)) if subs else None
+        assert subs.bounds == expected
 
 
 def test_lists_the_general_parser_reads_share_their_kinds_too():

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import repeat
 from math import prod
 from pathlib import Path
@@ -72,6 +72,24 @@ MAX_TAG = (1 << 31) - 1  # Chakra's comm_tag is an int32
 MAX_BYTES = (1 << 63) - 1  # Chakra's comm_size is an int64
 # Timestamps are printed with 0.01 ms resolution: closer than this is "the same time".
 STAMP_TOLERANCE_NS = 10_000
+
+
+class _NoDeps(list):
+    """The empty, read-only `ctrl_deps` that every sub-operation's node shares (hundreds of thousands
+    of them in a long log: one empty list each held 16 MB of benchmark 7's 156). Like SharedArgs:
+    to change a node's, give it its own list."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("this empty ctrl_deps is shared by many nodes; give the node its own list to change it")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce__(self):  # unpickles as the one shared instance
+        return "NO_CTRL_DEPS"
+
+
+NO_CTRL_DEPS = _NoDeps()
 
 
 def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
@@ -145,9 +163,14 @@ def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: D
 
 def _survey_record(survey: RankSurvey, record: OpRecord, reading: str, first_iteration: bool) -> None:
     subs = record.sub_ops
-    survey.earliest_ns = min(survey.earliest_ns, record.start_ns)
+    earliest = min(survey.earliest_ns, record.end_ns - record.duration_ns)
     if subs:
-        survey.earliest_ns = min(survey.earliest_ns, *_sub_starts(subs, reading))
+        first_stamp, _, longest = subs.bounds
+        if reading != "end":
+            earliest = min(earliest, first_stamp)
+        elif first_stamp - longest < earliest:  # else no sub-operation starts before `earliest`: skip them
+            earliest = min(earliest, *_sub_starts(subs, reading))
+    survey.earliest_ns = earliest
     if record.op == "forward_step":
         survey.max_forward_batch = _larger(survey.max_forward_batch, record.batch)
     if record.op in P2P_OPS:
@@ -186,7 +209,7 @@ def _header(record: OpRecord, keep: list[int] | None = None) -> OpRecord:
     """The record without its sub-operations (or with those at the positions given)."""
     if not record.sub_ops:
         return record  # records are never changed: it can be shared
-    return replace(record, sub_ops=record.sub_ops.only(keep or []))
+    return record.with_sub_ops(record.sub_ops.only(keep or []))
 
 
 @dataclass
@@ -414,17 +437,25 @@ def subop_reading(records: list[OpRecord]) -> tuple[str, str]:
     """Whether this file's sub-operation timestamps are end or start times, and why.
 
     Each reading is tried: the one that puts fewer sub-operations outside their step wins; a
-    tie keeps "end" (what FORMATS.md §2 found in the real sample).
+    tie keeps "end" (what FORMATS.md §2 found in the real sample). A step whose sub-operations'
+    bounds (SubOps.bounds: a stamp minus the longest duration is at or before every start read
+    from end times; plus it, at or after every end read from start times) fit inside it under a
+    reading has none outside it: only the others are counted one by one.
     """
     total = outside_as_end = outside_as_start = 0
     for record in records:
         subs = record.sub_ops
         if not subs:
             continue
-        low, high = record.start_ns - STAMP_TOLERANCE_NS, record.end_ns + STAMP_TOLERANCE_NS
+        first_stamp, last_stamp, longest = subs.bounds
+        low, high = record.end_ns - record.duration_ns - STAMP_TOLERANCE_NS, record.end_ns + STAMP_TOLERANCE_NS
         total += len(subs)
-        outside_as_end += _outside(_sub_starts(subs, "end"), subs.stamps, low, high)
-        outside_as_start += _outside(subs.stamps, list(map(operator.add, subs.stamps, subs.durations)), low, high)
+        if not (first_stamp - longest >= low and last_stamp <= high):
+            outside_as_end += _outside(_sub_starts(subs, "end"), subs.stamps, low, high)
+        if first_stamp < low:
+            outside_as_start += _outside(subs.stamps, list(map(operator.add, subs.stamps, subs.durations)), low, high)
+        elif last_stamp + longest > high:  # none starts early: count the late ends alone
+            outside_as_start += sum(map(operator.lt, repeat(high), map(operator.add, subs.stamps, subs.durations)))
     if total == 0:
         return "end", "no sub-operations"
     if outside_as_start > outside_as_end:
@@ -783,19 +814,32 @@ class _RankBuilder:
             return
         plan = kinds_plan[1]
         durations = subs.durations
-        starts = list(map(operator.sub, subs.stamps, durations)) if self.readings[record.file][0] == "end" else subs.stamps
         low, high, origin = record.start_ns, record.end_ns, self.origin
         nodes = self.rank.nodes
         where, parent_id, microbatch = parent.source, parent.id, parent.microbatch
         collective = NodeKind.COLLECTIVE
         previous = list(deps)
+        first, last, longest = subs.bounds
+        if self.readings[record.file][0] == "end":
+            starts = map(operator.sub, subs.stamps, durations)
+            inside = first - longest >= low and last <= high
+        else:
+            starts = subs.stamps
+            inside = first >= low and last + longest <= high
+        if inside:  # every one inside its step (most steps): nothing to clip
+            for (name, args, coll, group, size), duration, start in zip(plan, durations, starts):
+                # positional: Node's fields in order, from id to args (keywords cost more per node)
+                node = Node(len(nodes), name, collective, duration, previous, NO_CTRL_DEPS, coll, size, group, None,
+                            None, start - origin, "", parent_id, microbatch, where, args)
+                nodes.append(node)
+                previous = [node.id]
+            return
         for (name, args, coll, group, size), duration, start in zip(plan, durations, starts):
             end = start + duration
             if start < low or end > high:
                 start, end = _clipped(start, end, record, self.diagnostics)
                 duration = end - start
-            # positional: Node's fields in order, from id to args (keywords cost more per node)
-            node = Node(len(nodes), name, collective, duration, previous, [], coll, size, group, None, None,
+            node = Node(len(nodes), name, collective, duration, previous, NO_CTRL_DEPS, coll, size, group, None, None,
                         start - origin, "", parent_id, microbatch, where, args)
             nodes.append(node)
             previous = [node.id]
@@ -814,7 +858,7 @@ class _RankBuilder:
             if start < record.start_ns or end > record.end_ns:
                 start, end = _clipped(start, end, record, self.diagnostics)
             node = Node(
-                len(nodes), _sub_name(kind.name, kind.comm_func), NodeKind.COLLECTIVE, end - start, previous,
+                len(nodes), _sub_name(kind.name, kind.comm_func), NodeKind.COLLECTIVE, end - start, previous, NO_CTRL_DEPS,
                 start_ns=start - self.origin, parent=parent.id, microbatch=parent.microbatch, source=where,
                 args=_sub_args(kind.comm_func, kind.func_name, kind.trace_src_func, kind.group, kind.dtype, kind.shape,
                                record.stage, record.op, record.mg_state, index),

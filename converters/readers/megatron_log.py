@@ -44,6 +44,7 @@ REQUIRED_SUB_KEYS = ("duration", "timestamp")
 _OP_KEY_SET, _REQUIRED_OP_KEY_SET = frozenset(OP_KEYS), frozenset(REQUIRED_OP_KEYS)
 
 _LINE = re.compile(r"rank:(\d+):([A-Za-z_]\w*)\((.*)\)\s*$")
+_LINE_HEAD = re.compile(r"rank:(\d+):([A-Za-z_]\w*)\(")  # _LINE's start: what a line without spaces around needs
 _LINE_START = re.compile(rb"\s*rank:\d+:[A-Za-z_]\w*\(")
 _KEY = re.compile(r"\s*([A-Za-z_]\w*)=")
 _SUBOPS_SHAPE = "expected a list of quoted 'key=value,...' strings"
@@ -130,14 +131,22 @@ class SubOpKind:
 
 class SubOps(Sequence):
     """A step's sub-operations as columns: their kinds (one tuple shared by every step that logs
-    the same sequence) and two int64 arrays of times. Items read as `SubOp`s, made on demand."""
+    the same sequence) and two int64 arrays of times. Items read as `SubOp`s, made on demand.
 
-    __slots__ = ("kinds", "durations", "stamps")
+    `bounds` is (earliest stamp, latest stamp, longest duration), None when there are none: where
+    they lie under either reading of the stamps, known without a pass over them (the builder
+    judges a whole step by it; the reader finds two of the three anyway)."""
 
-    def __init__(self, kinds: tuple[SubOpKind, ...] = (), durations: array | None = None, stamps: array | None = None):
+    __slots__ = ("kinds", "durations", "stamps", "bounds")
+
+    def __init__(self, kinds: tuple[SubOpKind, ...] = (), durations: array | None = None, stamps: array | None = None,
+                 bounds: tuple[int, int, int] | None = None):
         self.kinds = kinds
         self.durations = array("q") if durations is None else durations  # ns
         self.stamps = array("q") if stamps is None else stamps  # ns, as logged
+        if bounds is None and self.stamps:
+            bounds = (min(self.stamps), max(self.stamps), max(self.durations))
+        self.bounds = bounds
 
     @classmethod
     def of(cls, subs) -> SubOps:
@@ -201,6 +210,13 @@ class OpRecord:
     def start_ns(self) -> int:
         return self.end_ns - self.duration_ns
 
+    def with_sub_ops(self, sub_ops: SubOps) -> OpRecord:
+        """The record with other sub-operations (dataclasses.replace, at a fifth of its cost: the
+        survey keeps thousands of such headers)."""
+        return OpRecord(self.rank, self.op, self.stage, self.batch, self.mg_state, self.duration_ns, self.end_ns,
+                        self.description, self.group_kind, self.shape, self.dtype, sub_ops, self.file, self.line,
+                        self.extras, self.raw_stamp, self.raw_duration)
+
     @property
     def where(self) -> str:
         return at(self.file, self.line)
@@ -229,7 +245,7 @@ def read_file(path: Path, diagnostics: Diagnostics, strict: bool = False, bar=No
             for number, raw in enumerate(f, 1):
                 if bar is not None:
                     bar.advance(len(raw))
-                if not raw.strip():
+                if raw.isspace():  # blank (a line read from a file is never empty)
                     continue
                 if held is not None:
                     records.append(parse_line(_decode(held[1], name, held[0]), name, held[0]))
@@ -280,14 +296,19 @@ def _decode(raw: bytes, name: str, number: int) -> str:
 
 def parse_line(text: str, file: str, line: int) -> OpRecord:
     """One `rank:<r>:<op>(key=value,...)` line -> OpRecord, or InputError at file:line."""
-    where = at(file, line)
-    match = _LINE.match(text.strip())
-    if match is None:
-        raise InputError(where, f"expected rank:<r>:<op>(key=value,...), found {_excerpt(text)}")
-    rank_text, op, body = match.groups()
+    head = _LINE_HEAD.match(text)
+    if head is not None and text.endswith(")") and "\n" not in text:
+        # what _LINE finds in such a line, without its regex walking the whole line: the body ends at the last ")"
+        (rank_text, op), body = head.groups(), text[head.end():-1]
+    else:
+        match = _LINE.match(text.strip())
+        if match is None:
+            raise InputError(at(file, line), f"expected rank:<r>:<op>(key=value,...), found {_excerpt(text)}")
+        rank_text, op, body = match.groups()
     record = _templated_record(rank_text, op, body, file, line)
     if record is not None:
         return record
+    where = at(file, line)
     fields, sub_ops = _op_fields(body)
     keys = fields.keys()
     extras = NO_EXTRAS if keys <= _OP_KEY_SET else {k: v for k, v in fields.items() if k not in OP_KEYS} or NO_EXTRAS
@@ -328,8 +349,12 @@ _TEMPLATES: dict[tuple[str, ...], object] = {}  # template -> its constant field
 
 
 def _templated_record(rank_text: str, op: str, body: str, file: str, line: int) -> OpRecord | None:
-    """The line's record from its head's template, or None when the general path must read it."""
-    cut = body.rfind(_SUBOPS_TAIL)
+    """The line's record from its head's template, or None when the general path must read it.
+
+    The general path cuts the list at the last `,sub_operations=[`; this one at the first, near the
+    line's start, instead of searching back through the whole list. They differ only when the list
+    holds another, and then _timed_sub_ops reads no list (no structure holds one)."""
+    cut = body.find(_SUBOPS_TAIL)
     if cut < 0:
         return None
     head = body[:cut]
@@ -454,16 +479,18 @@ def _timed_sub_ops(text: str) -> SubOps | None:
                                 map(_FRACTION_NS.__getitem__, fractions)))
     except OverflowError:
         return None
-    if max(durations) > _MAX_NS or max(stamps) > _MAX_NS:
+    longest, last = max(durations), max(stamps)
+    if longest > _MAX_NS or last > _MAX_NS:
         return None
-    return SubOps(kinds, durations, stamps)
+    return SubOps(kinds, durations, stamps, (min(stamps), last, longest))
 
 
 def _new_structure(structure: tuple[str, ...], pieces: list[str]):
     """The kinds of a list's items (one shared tuple), or _NOT_TIMED; remembered either way."""
     kinds = _NOT_TIMED
     count = len(structure) - 1
-    if structure[0].startswith("['") and structure[-1].endswith("']"):
+    if (structure[0].startswith("['") and structure[-1].endswith("']")
+            and not any(_SUBOPS_TAIL in between for between in structure)):  # see _templated_record
         # each item's text before its times, and the one after: "['<before>", "<after>', '<before>", "<after>']"
         between = [structure[0][2:]]
         for middle in structure[1:-1]:
