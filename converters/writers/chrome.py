@@ -37,9 +37,10 @@ from ..diagnostics import Diagnostics
 from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
+from .forked import workers_for, write_processes
 from .layout_chrome import (
     FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, Process, lookup_encoded, plan_trace,
-    report_iteration, write_parts,
+    report_iteration,
 )
 
 LARGE_JSON = 1_000_000_000
@@ -52,13 +53,14 @@ def write(trace, output, options=None, diagnostics: Diagnostics | None = None, t
     output = Path(output)
     plan = plan_trace(trace, options, diagnostics, timeline)
     warn_if_large(plan, output, diagnostics)
+    jobs = workers_for(options, plan.slice_count)
     with atomic_file(output) as raw:
         if output.name.lower().endswith(".gz"):
             # mtime=0 and no file name inside: the same trace gives the same bytes
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as gz:
-                write_plan(plan, gz)
+                write_plan(plan, gz, jobs, output.parent)
         else:
-            write_plan(plan, raw)
+            write_plan(plan, raw, jobs, output.parent)
     report_iteration(plan, diagnostics)
 
 
@@ -93,21 +95,36 @@ def estimated_json_bytes(plan: Plan) -> int:
     return metadata_bytes + plan.slice_count * sample_bytes // sample_slices
 
 
-def write_plan(plan: Plan, out: BinaryIO) -> None:
+def write_plan(plan: Plan, out: BinaryIO, jobs: int = 1, beside: Path | None = None) -> None:
+    """The JSON of `plan`; with `jobs` > 1 the processes' events are encoded by forked workers
+    (`forked.write_processes`: contiguous blocks, written in order), the same bytes."""
     out.write(b'{"traceEvents":[')
     with paused_gc():
         out.write(orjson.dumps(metadata_events(plan))[1:-1])
-        encoder = _SliceEncoder()
-        left = Counter(id(process.layout) for process in plan.processes)  # processes still to print per layout
-        for process in plan.processes:
-            write_parts(out, encoder.process_parts(process))
-            process.release()  # one process's args at a time (a log has a dict per node)
-            left[id(process.layout)] -= 1
-            if not left[id(process.layout)]:
-                encoder.finished(process.layout)
+        write_processes(out, plan.processes, process_encoder, jobs, beside, _SLICE_COUNT)
     out.write(b'],"displayTimeUnit":"ms","metadata":')
     out.write(metadata_json(plan))
     out.write(b"}\n")
+
+
+def process_encoder(processes: list[Process]):
+    """`encode(process)`: the X events of each of `processes` in turn, as pieces to join;
+    what was encoded for a layout is freed after its last process among them."""
+    encoder = _SliceEncoder()
+    left = Counter(id(process.layout) for process in processes)  # processes still to print per layout
+
+    def encode(process: Process) -> list[bytes]:
+        parts = encoder.process_parts(process)
+        process.release()  # one process's args at a time (a log has a dict per node)
+        left[id(process.layout)] -= 1
+        if not left[id(process.layout)]:
+            encoder.finished(process.layout)
+        return parts
+
+    return encode
+
+
+_SLICE_COUNT = operator.attrgetter("slice_count")
 
 
 def metadata_json(plan: Plan) -> bytes:
