@@ -59,12 +59,12 @@ def run_forked(task: Callable[[int], Any], jobs: int, what: str = "a worker") ->
         for k in range(1, jobs):
             children.append(_fork_child(task, k))
         results = [task(0)]
-        for pid, fd in children:
+        while children:
+            pid, fd = children.pop(0)  # reaped by _result_of, whatever it finds
             results.append(_result_of(pid, fd, what))
-        children.clear()
         return results
     finally:
-        for pid, fd in children:  # only on failure: children still running
+        for pid, fd in children:  # only on failure: children not reaped yet
             _stop(pid, fd)
 
 
@@ -94,8 +94,12 @@ def _fork_child(task: Callable[[int], Any], k: int) -> tuple[int, int]:
 
 
 def _result_of(pid: int, fd: int, what: str) -> Any:
-    with open(fd, "rb") as pipe:
-        message = pipe.read()
+    try:
+        with open(fd, "rb") as pipe:
+            message = pipe.read()
+    except BaseException:  # Ctrl-C while waiting: stop it
+        _kill(pid)
+        raise
     _, status = os.waitpid(pid, 0)
     if not message:
         raise WorkerFailed(None, f"{what} (process {pid}) {_how_it_ended(status)} before finishing; nothing written")
@@ -118,12 +122,17 @@ def _how_it_ended(status: int) -> str:
 
 
 def _stop(pid: int, fd: int) -> None:
+    _kill(pid)
+    os.close(fd)
+
+
+def _kill(pid: int) -> None:
+    """End a child of ours that is not reaped yet (its id cannot be another process's)."""
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     os.waitpid(pid, 0)
-    os.close(fd)
 
 
 # ---------------------------------------------------------------- timeline processes
