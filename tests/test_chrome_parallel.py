@@ -21,7 +21,7 @@ import pytest
 from converters.api import read
 from converters.diagnostics import Diagnostics, InputError
 from converters.options import Options
-from converters.writers import chrome, forked
+from converters.writers import chrome, forked, layout_chrome
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -105,6 +105,32 @@ def test_a_killed_worker_fails_the_run_and_leaves_no_output(tmp_path, monkeypatc
     assert os.listdir(tmp_path) == ["out.json"]
 
 
+def test_a_worker_killed_while_placing_fails_the_run(tmp_path, monkeypatch):
+    trace = read(SAMPLES / "megatron_tp2_pp2_dp1", options=Options(tp=2, pp=2), diagnostics=Diagnostics())
+    parent, real = os.getpid(), layout_chrome._Planner.place_rank
+
+    def place_rank(self, rank):
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(self, rank)
+
+    monkeypatch.setattr(layout_chrome._Planner, "place_rank", place_rank)
+    with pytest.raises(forked.WorkerFailed, match=r"a worker drawing the timeline \(process \d+\) was killed by SIGKILL"):
+        chrome.write(trace, tmp_path / "out.json", Options(tp=2, pp=2, jobs=3), Diagnostics())
+    assert os.listdir(tmp_path) == []
+
+
+def test_write_processes_in_blocks_writes_the_same_bytes(tmp_path):
+    trace = read(SAMPLES / "megatron_tp2_pp2_dp1", options=Options(tp=2, pp=2), diagnostics=Diagnostics())
+    texts = []
+    for jobs in (1, 2, 3):
+        plan = layout_chrome.plan_trace(trace, Options(tp=2, pp=2), Diagnostics())
+        with open(tmp_path / f"{jobs}.json", "wb") as out:
+            chrome.write_plan(plan, out, jobs, tmp_path)
+        texts.append((tmp_path / f"{jobs}.json").read_bytes())
+    assert texts[0] == texts[1] == texts[2]
+
+
 def test_a_worker_error_arrives_whole(tmp_path, monkeypatch):
     trace = read(SAMPLES / "megatron_tp2_pp2_dp1", options=Options(tp=2, pp=2), diagnostics=Diagnostics())
 
@@ -144,7 +170,7 @@ def test_the_command_reports_a_killed_worker_in_one_line(tmp_path):
     )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert lines[-1].startswith("et-convert: error: a worker encoding the timeline (process ")
+    assert lines[-1].startswith("et-convert: error: a worker drawing the timeline (process ")
     assert "was killed by SIGKILL" in lines[-1] and "Traceback" not in done.stderr
     assert os.listdir(tmp_path) == []
 

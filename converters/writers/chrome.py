@@ -23,13 +23,16 @@ node list of its own (each rank of a log: a distinct dict per node) prints its a
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import math
 import operator
+import tempfile
+from array import array
 from collections import Counter
 from itertools import compress, count, repeat
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 import orjson
 
@@ -37,10 +40,10 @@ from ..diagnostics import Diagnostics
 from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
-from .forked import workers_for, write_processes
+from .forked import copy_into, run_forked_in_two_rounds, split_blocks, workers_for, write_processes
 from .layout_chrome import (
-    FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, Process, lookup_encoded, plan_trace,
-    report_iteration,
+    FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, PlanStart, Process,
+    ProcessHead, lookup_encoded, plan_from, plan_trace, report_iteration, start_plan, write_parts,
 )
 
 LARGE_JSON = 1_000_000_000
@@ -51,21 +54,129 @@ ARGS_CACHE_BYTES = 32 << 20  # encoded args kept for reuse by the next ranks
 def write(trace, output, options=None, diagnostics: Diagnostics | None = None, timeline: Timeline | None = None) -> None:
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     output = Path(output)
-    plan = plan_trace(trace, options, diagnostics, timeline)
-    warn_if_large(plan, output, diagnostics)
-    jobs = workers_for(options, plan.slice_count)
+    start = start_plan(trace, options, diagnostics, timeline)
+    jobs = min(workers_for(options, drawn_nodes(start)), len(start.drawn))
+    if jobs > 1:
+        plan = write_forked(start, output, jobs, diagnostics)
+    else:
+        plan = plan_from(start)
+        warn_if_large(plan, output, diagnostics)
+        with open_output(output) as out:
+            write_plan(plan, out)
+    report_iteration(plan, diagnostics)
+
+
+@contextlib.contextmanager
+def open_output(output: Path) -> Iterator[BinaryIO]:
+    """The output, written whole or not at all (`atomic_file`); gzip-compressed for `.gz`."""
     with atomic_file(output) as raw:
         if output.name.lower().endswith(".gz"):
             # mtime=0 and no file name inside: the same trace gives the same bytes
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as gz:
-                write_plan(plan, gz, jobs, output.parent)
+                yield gz
         else:
-            write_plan(plan, raw, jobs, output.parent)
-    report_iteration(plan, diagnostics)
+            yield raw
 
 
-def warn_if_large(plan: Plan, output: Path, diagnostics: Diagnostics) -> None:
-    estimate = estimated_json_bytes(plan)
+def drawn_nodes(start: PlanStart) -> int:
+    """The work of placing and printing the drawn ranks: their slices, about."""
+    return sum(map(_rank_weight(start.trace), start.drawn))
+
+
+def _rank_weight(trace):
+    def weight(r: int) -> int:
+        rank = trace.ranks[r]
+        return len(rank.nodes) + len(rank.display)
+
+    return weight
+
+
+def write_forked(start: PlanStart, output: Path, jobs: int, diagnostics: Diagnostics) -> Plan:
+    """`write_plan(plan_trace(...))` with the drawn ranks placed and printed by forked workers.
+
+    Each worker (this process is the first) places a contiguous block of the drawn ranks
+    (`_Planner.place_rank`) and sends back what crosses ranks: the processes' heads
+    (metadata events) and comm slices. This process adds those in drawn order, so the flow
+    ids are the serial run's (`_Planner.assign_flows`), writes the metadata events, and sends
+    each worker the flows of its processes; the workers print their blocks (the first into
+    the output, the others into temporary files copied after it, in order), and sample their
+    first slices for the size estimate. The same bytes and messages as in one process.
+    """
+    trace, planner = start.trace, start.planner
+    blocks = split_blocks(start.drawn, jobs, _rank_weight(trace))
+    lists_drawn = Counter(id(trace.ranks[r].nodes) for r in start.drawn)
+    placed: list[Process] = []  # this process's (each worker's) block
+    files: list = []  # a temporary file per worker after the first, unnamed: nothing is left behind
+    plan: Plan | None = None
+
+    def place(k: int) -> tuple[list[ProcessHead], list]:
+        planner.comm_out = comms = []
+        with paused_gc():
+            placed.extend(planner.place_rank(trace.ranks[r]) for r in blocks[k])
+        planner.comm_out = None
+        for tpl in planner.templates.values():  # as in one process: args rows only for a list one rank draws
+            tpl.drawn = lists_drawn[id(tpl.nodes)]
+        return list(map(ProcessHead.of, placed)), comms
+
+    def assign_flows(results: list) -> list[tuple[dict, int]]:
+        nonlocal plan
+        flows_of_pid = planner.flows_of_pid
+        heads: list[ProcessHead] = []
+        for block_heads, comms in results:
+            for head, comm in zip(block_heads, comms):
+                flows_of_pid[head.pid] = array("q")
+                planner.add_comm(head.rank, comm)
+            heads += block_heads
+        with paused_gc():
+            flow_count = planner.assign_flows() if start.flows else 0
+        plan = start.plan(heads, flow_count)
+        items, before = [], 0
+        for block_heads, _ in results:
+            items.append(({head.pid: flows_of_pid[head.pid] for head in block_heads}, before))
+            before += sum(head.slice_count for head in block_heads)
+        planner.forget_comm()
+        out.write(b'{"traceEvents":[')
+        out.write(orjson.dumps(metadata_events(plan))[1:-1])
+        return items
+
+    def print_block(k: int, item: tuple[dict, int]) -> tuple[int, int]:
+        flows, before = item
+        for process in placed:
+            process.flow_pairs = flows[process.pid]
+        sample = sample_size(placed, before)
+        target = out if k == 0 else open(files[k - 1].fileno(), "wb", buffering=1 << 20, closefd=False)
+        with paused_gc():
+            encode = process_encoder(placed)
+            for process in placed:
+                write_parts(target, encode(process))
+        if target is not out:
+            target.close()  # flushes into the temporary file
+        return sample
+
+    try:
+        with open_output(output) as out:
+            files += [tempfile.TemporaryFile(dir=output.parent) for _ in blocks[1:]]
+            _, samples = run_forked_in_two_rounds(place, assign_flows, print_block, len(blocks),
+                                                  "a worker drawing the timeline")
+            for f in files:
+                copy_into(out, f)
+            beside = [start.beside] if start.beside is not None else []
+            before = plan.slice_count - sum(p.slice_count for p in beside)
+            samples.append(sample_size(beside, before))
+            encode = process_encoder(beside)
+            for process in beside:
+                write_parts(out, encode(process))
+            write_tail(plan, out)
+    finally:
+        for f in files:
+            f.close()
+    sample_bytes, sample_slices = map(sum, zip(*samples))
+    warn_if_large(plan, output, diagnostics, (sample_bytes, sample_slices))
+    return plan
+
+
+def warn_if_large(plan: Plan, output: Path, diagnostics: Diagnostics, sample: tuple[int, int] | None = None) -> None:
+    estimate = estimated_json_bytes(plan, sample)
     if estimate > LARGE_JSON:
         diagnostics.warn(
             "chrome-large",
@@ -74,25 +185,33 @@ def warn_if_large(plan: Plan, output: Path, diagnostics: Diagnostics) -> None:
         )
 
 
-def estimated_json_bytes(plan: Plan) -> int:
+def estimated_json_bytes(plan: Plan, sample: tuple[int, int] | None = None) -> int:
     """The size of the JSON: metadata as printed, slices from the first SIZE_SAMPLE_SLICES or so.
 
     A fixed size per slice misjudges: slices print 215-235 B from workload tables and Chakra
-    sets and 370-500 B from logs (their args carry source lines), so print a sample instead.
+    sets and 370-500 B from logs (their args carry source lines), so print a sample instead
+    (`sample_size` of the plan's processes, unless given: workers sample their own).
     """
     metadata_bytes = len(orjson.dumps(metadata_events(plan))) + len(metadata_json(plan))
-    encoder = _SliceEncoder()
-    sample_bytes = sample_slices = 0
-    for process in plan.processes:
-        if sample_slices >= SIZE_SAMPLE_SLICES:
-            break
-        # a log's process can have 100,000s of slices: print only what the sample still needs
-        wanted = min(process.slice_count, SIZE_SAMPLE_SLICES - sample_slices)
-        sample_bytes += sum(map(len, encoder.process_parts(process, wanted)))
-        sample_slices += wanted
+    sample_bytes, sample_slices = sample if sample is not None else sample_size(plan.processes, 0)
     if not sample_slices:
         return metadata_bytes
     return metadata_bytes + plan.slice_count * sample_bytes // sample_slices
+
+
+def sample_size(processes: list[Process], before: int) -> tuple[int, int]:
+    """(bytes, slices) printed of the first SIZE_SAMPLE_SLICES slices of the trace that are
+    among `processes`, which follow `before` slices of earlier processes."""
+    encoder = _SliceEncoder()
+    sample_bytes = sample_slices = 0
+    for process in processes:
+        if before + sample_slices >= SIZE_SAMPLE_SLICES:
+            break
+        # a log's process can have 100,000s of slices: print only what the sample still needs
+        wanted = min(process.slice_count, SIZE_SAMPLE_SLICES - before - sample_slices)
+        sample_bytes += sum(map(len, encoder.process_parts(process, wanted)))
+        sample_slices += wanted
+    return sample_bytes, sample_slices
 
 
 def write_plan(plan: Plan, out: BinaryIO, jobs: int = 1, beside: Path | None = None) -> None:
@@ -102,6 +221,10 @@ def write_plan(plan: Plan, out: BinaryIO, jobs: int = 1, beside: Path | None = N
     with paused_gc():
         out.write(orjson.dumps(metadata_events(plan))[1:-1])
         write_processes(out, plan.processes, process_encoder, jobs, beside, _SLICE_COUNT)
+    write_tail(plan, out)
+
+
+def write_tail(plan: Plan, out: BinaryIO) -> None:
     out.write(b'],"displayTimeUnit":"ms","metadata":')
     out.write(metadata_json(plan))
     out.write(b"}\n")

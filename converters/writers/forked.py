@@ -54,59 +54,134 @@ def run_forked(task: Callable[[int], Any], jobs: int, what: str = "a worker") ->
     signal, e.g. the out-of-memory killer) raises WorkerFailed. If this process fails or is
     interrupted, the children are killed.
     """
-    children: list[tuple[int, int]] = []  # (pid, read end of its result pipe)
+    return run_forked_in_two_rounds(task, None, None, jobs, what)[0]
+
+
+def run_forked_in_two_rounds(
+    first: Callable[[int], Any],
+    decide: Callable[[list[Any]], list[Any]] | None,
+    second: Callable[[int, Any], Any] | None,
+    jobs: int,
+    what: str = "a worker",
+) -> tuple[list[Any], list[Any]]:
+    """`run_forked` with a step between: every worker k runs `first(k)`; once all have, this
+    process runs `decide(all their results)`, whose k-th item goes to worker k for `second(k, item)`.
+    Returns both rounds' results. Worker 0 is this process: it runs `first(0)` and `second(0, ...)`
+    while the children run theirs. Without `decide`, one round."""
+    children: list[_Child] = []
     try:
         for k in range(1, jobs):
-            children.append(_fork_child(task, k))
-        results = [task(0)]
-        while children:
-            pid, fd = children.pop(0)  # reaped by _result_of, whatever it finds
-            results.append(_result_of(pid, fd, what))
-        return results
+            children.append(_Child(k, first, second if decide is not None else None))
+        firsts = [first(0)] + [child.result(what) for child in children]
+        if decide is None:
+            return firsts, []
+        items = decide(firsts)
+        for child, item in zip(children, items[1:]):
+            child.send(item)
+        seconds = [second(0, items[0])] + [child.result(what) for child in children]
+        return firsts, seconds
     finally:
-        for pid, fd in children:  # only on failure: children not reaped yet
-            _stop(pid, fd)
+        for child in children:
+            child.close()
 
 
-def _fork_child(task: Callable[[int], Any], k: int) -> tuple[int, int]:
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(write_end)
-        return pid, read_end
-    # the child: never returns; os._exit skips the parent's atexit handlers and buffered output
+class _Child:
+    """A forked worker and the two pipes to it: results come back pickled, each after its length."""
+
+    def __init__(self, k: int, first: Callable[[int], Any], second: Callable[[int, Any], Any] | None):
+        results_in, results_out = os.pipe()
+        items_in, items_out = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(results_in)
+            os.close(items_out)
+            _be_the_child(k, first, second, results_out, items_in)  # never returns
+        os.close(results_out)
+        os.close(items_in)
+        self.pid: int | None = pid
+        self.results = os.fdopen(results_in, "rb")
+        self.items = os.fdopen(items_out, "wb")
+
+    def send(self, item: Any) -> None:
+        _write_message(self.items, item)
+        self.items.flush()
+
+    def result(self, what: str) -> Any:
+        message = _read_message(self.results)
+        if message is None:
+            status = self._reap()
+            raise WorkerFailed(None, f"{what} (process {status[0]}) {_how_it_ended(status[1])} before finishing; "
+                                     "nothing written")
+        ok, value = message
+        if not ok:
+            raise value
+        return value
+
+    def _reap(self) -> tuple[int, int]:
+        pid, self.pid = self.pid, None
+        _, status = os.waitpid(pid, 0)
+        return pid, status
+
+    def close(self) -> None:
+        """Reap the child: done by now, else (this process failed, or Ctrl-C) killed first."""
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)  # our own child, not reaped yet: its id is still ours
+            except ProcessLookupError:
+                pass
+            self._reap()
+        self.results.close()
+        try:
+            self.items.close()
+        except OSError:  # a killed reader: a broken pipe on the last flush
+            pass
+
+
+def _be_the_child(k: int, first, second, results_fd: int, items_fd: int) -> None:
+    # os._exit: the parent's atexit handlers and buffered output are not the child's to run
     code = 1
     try:
-        os.close(read_end)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
-        try:
-            message = pickle.dumps((True, task(k)))
-        except BaseException as e:  # noqa: BLE001 - everything goes to the parent
-            try:
-                message = pickle.dumps((False, e))
-            except Exception:  # an exception that does not pickle: its text
-                message = pickle.dumps((False, WorkerFailed(None, f"{type(e).__name__}: {e}")))
-        with open(write_end, "wb") as pipe:
-            pipe.write(message)
+        with os.fdopen(results_fd, "wb") as results, os.fdopen(items_fd, "rb") as items:
+            ok = _answer(results, first, k)
+            if ok and second is not None:
+                item = _read_message(items)
+                if item is not None:  # None: the parent gave up
+                    _answer(results, second, k, item)
         code = 0
     finally:
         os._exit(code)
 
 
-def _result_of(pid: int, fd: int, what: str) -> Any:
+def _answer(results, task, *args) -> bool:
     try:
-        with open(fd, "rb") as pipe:
-            message = pipe.read()
-    except BaseException:  # Ctrl-C while waiting: stop it
-        _kill(pid)
-        raise
-    _, status = os.waitpid(pid, 0)
-    if not message:
-        raise WorkerFailed(None, f"{what} (process {pid}) {_how_it_ended(status)} before finishing; nothing written")
-    ok, value = pickle.loads(message)
-    if not ok:
-        raise value
-    return value
+        message = (True, task(*args))
+    except BaseException as e:  # noqa: BLE001 - everything goes to the parent
+        message = (False, e)
+    try:
+        _write_message(results, message)
+    except Exception:  # an exception or a result that does not pickle: its text
+        _write_message(results, (False, WorkerFailed(None, f"{type(message[1]).__name__}: {message[1]}")))
+    results.flush()
+    return message[0]
+
+
+def _write_message(f, value: Any) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(len(data).to_bytes(8, "little"))
+    f.write(data)
+
+
+def _read_message(f) -> Any:
+    """The next message, or None at the end of the pipe (the other side is gone)."""
+    head = f.read(8)
+    if len(head) < 8:
+        return None
+    size = int.from_bytes(head, "little")
+    data = f.read(size)
+    if len(data) < size:
+        return None
+    return pickle.loads(data)
 
 
 def _how_it_ended(status: int) -> str:
@@ -119,20 +194,6 @@ def _how_it_ended(status: int) -> str:
         hint = " (out of memory?)" if number == signal.SIGKILL else ""
         return f"was killed by {name}{hint}"
     return f"exited with code {os.waitstatus_to_exitcode(status)}"
-
-
-def _stop(pid: int, fd: int) -> None:
-    _kill(pid)
-    os.close(fd)
-
-
-def _kill(pid: int) -> None:
-    """End a child of ours that is not reaped yet (its id cannot be another process's)."""
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    os.waitpid(pid, 0)
 
 
 # ---------------------------------------------------------------- timeline processes
