@@ -26,7 +26,8 @@ from converters.writers import chrome, forked, layout_chrome
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 # inputs with flows of every kind: TP pairs and send/recv (log sets), a single log with TP 2 and
-# stages, Kineto traces, a scheduled SimAI table (shared layouts per stage), a Chakra set
+# stages, Kineto traces, a scheduled SimAI table (shared layouts per stage), a Chakra set,
+# OptimusPrime's modelled pipeline
 CASES = {
     "megatron_tp2_pp2_dp1": (["megatron_tp2_pp2_dp1"], {"tp": 2, "pp": 2}),
     "megatron_tp1_pp2_dp2": (["megatron_tp1_pp2_dp2"], {"tp": 1, "pp": 2}),
@@ -34,6 +35,7 @@ CASES = {
     "pytorch_gloo_4rank": (["pytorch_gloo_4rank"], {}),
     "simai": (["simai_tp8_pp16_1024gpu.txt"], {"ranks": "0-40,1000-1023"}),
     "chakra_data": (["chakra_data"], {}),
+    "optimusprime": (["optimusprime_llama1b_pp8.log"], {}),  # a modelled timeline: the "measured vs modelled" process
 }
 
 
@@ -223,3 +225,21 @@ def test_copy_into_a_file_and_into_a_stream(tmp_path):
     stream = io.BytesIO()
     forked.copy_into(stream, source)
     assert stream.getvalue() == b"x" * 3_000_000 + b"end"
+
+
+@pytest.mark.parametrize("sample_slices", [10, 5_000, 10**9])
+def test_the_size_warning_and_result_line_are_the_same(case, tmp_path, monkeypatch, sample_slices):
+    # a sample that ends in the first block, in a later one, or takes every slice
+    trace, values = case
+    monkeypatch.setattr(chrome, "LARGE_JSON", 0)  # always warn: the message holds the estimate
+    monkeypatch.setattr(chrome, "SIZE_SAMPLE_SLICES", sample_slices)
+    estimates, real = [], chrome.estimated_json_bytes
+    monkeypatch.setattr(chrome, "estimated_json_bytes", lambda *a: estimates.append(real(*a)) or estimates[-1])
+    messages = []
+    for jobs in (1, 2, 3):
+        diagnostics = Diagnostics()
+        chrome.write(trace, tmp_path / "out.json", Options(**values, jobs=jobs), diagnostics)
+        messages.append(diagnostics.messages())
+    assert any("GB of JSON" in m for m in messages[0])
+    assert messages[0] == messages[1] == messages[2]
+    assert len(estimates) == 3 and estimates[0] == estimates[1] == estimates[2] > 0

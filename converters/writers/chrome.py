@@ -27,8 +27,6 @@ import contextlib
 import gzip
 import math
 import operator
-import tempfile
-from array import array
 from collections import Counter
 from itertools import compress, count, repeat
 from pathlib import Path
@@ -40,10 +38,10 @@ from ..diagnostics import Diagnostics
 from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
-from .forked import copy_into, run_forked_in_two_rounds, split_blocks, workers_for, write_processes
+from .forked import draw_in_workers, workers_for, write_processes
 from .layout_chrome import (
     FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, PlanStart, Process,
-    ProcessHead, lookup_encoded, plan_from, plan_trace, report_iteration, start_plan, write_parts,
+    lookup_encoded, plan_from, plan_trace, report_iteration, start_plan, write_parts,
 )
 
 LARGE_JSON = 1_000_000_000
@@ -92,86 +90,18 @@ def _rank_weight(trace):
 
 
 def write_forked(start: PlanStart, output: Path, jobs: int, diagnostics: Diagnostics) -> Plan:
-    """`write_plan(plan_trace(...))` with the drawn ranks placed and printed by forked workers.
+    """`write_plan(plan_trace(...))` with the drawn ranks placed and printed by forked workers
+    (`forked.draw_in_workers`): the same bytes and messages as in one process. Each worker
+    also prints its share of the first SIZE_SAMPLE_SLICES slices, for the size estimate."""
 
-    Each worker (this process is the first) places a contiguous block of the drawn ranks
-    (`_Planner.place_rank`) and sends back what crosses ranks: the processes' heads
-    (metadata events) and comm slices. This process adds those in drawn order, so the flow
-    ids are the serial run's (`_Planner.assign_flows`), writes the metadata events, and sends
-    each worker the flows of its processes; the workers print their blocks (the first into
-    the output, the others into temporary files copied after it, in order), and sample their
-    first slices for the size estimate. The same bytes and messages as in one process.
-    """
-    trace, planner = start.trace, start.planner
-    blocks = split_blocks(start.drawn, jobs, _rank_weight(trace))
-    lists_drawn = Counter(id(trace.ranks[r].nodes) for r in start.drawn)
-    placed: list[Process] = []  # this process's (each worker's) block
-    files: list = []  # a temporary file per worker after the first, unnamed: nothing is left behind
-    plan: Plan | None = None
-
-    def place(k: int) -> tuple[list[ProcessHead], list]:
-        planner.comm_out = comms = []
-        with paused_gc():
-            placed.extend(planner.place_rank(trace.ranks[r]) for r in blocks[k])
-        planner.comm_out = None
-        for tpl in planner.templates.values():  # as in one process: args rows only for a list one rank draws
-            tpl.drawn = lists_drawn[id(tpl.nodes)]
-        return list(map(ProcessHead.of, placed)), comms
-
-    def assign_flows(results: list) -> list[tuple[dict, int]]:
-        nonlocal plan
-        flows_of_pid = planner.flows_of_pid
-        heads: list[ProcessHead] = []
-        for block_heads, comms in results:
-            for head, comm in zip(block_heads, comms):
-                flows_of_pid[head.pid] = array("q")
-                planner.add_comm(head.rank, comm)
-            heads += block_heads
-        with paused_gc():
-            flow_count = planner.assign_flows() if start.flows else 0
-        plan = start.plan(heads, flow_count)
-        items, before = [], 0
-        for block_heads, _ in results:
-            items.append(({head.pid: flows_of_pid[head.pid] for head in block_heads}, before))
-            before += sum(head.slice_count for head in block_heads)
-        planner.forget_comm()
+    def write_head(plan: Plan, out: BinaryIO) -> None:
         out.write(b'{"traceEvents":[')
         out.write(orjson.dumps(metadata_events(plan))[1:-1])
-        return items
 
-    def print_block(k: int, item: tuple[dict, int]) -> tuple[int, int]:
-        flows, before = item
-        for process in placed:
-            process.flow_pairs = flows[process.pid]
-        sample = sample_size(placed, before)
-        target = out if k == 0 else open(files[k - 1].fileno(), "wb", buffering=1 << 20, closefd=False)
-        with paused_gc():
-            encode = process_encoder(placed)
-            for process in placed:
-                write_parts(target, encode(process))
-        if target is not out:
-            target.close()  # flushes into the temporary file
-        return sample
-
-    try:
-        with open_output(output) as out:
-            files += [tempfile.TemporaryFile(dir=output.parent) for _ in blocks[1:]]
-            _, samples = run_forked_in_two_rounds(place, assign_flows, print_block, len(blocks),
-                                                  "a worker drawing the timeline")
-            for f in files:
-                copy_into(out, f)
-            beside = [start.beside] if start.beside is not None else []
-            before = plan.slice_count - sum(p.slice_count for p in beside)
-            samples.append(sample_size(beside, before))
-            encode = process_encoder(beside)
-            for process in beside:
-                write_parts(out, encode(process))
-            write_tail(plan, out)
-    finally:
-        for f in files:
-            f.close()
-    sample_bytes, sample_slices = map(sum, zip(*samples))
-    warn_if_large(plan, output, diagnostics, (sample_bytes, sample_slices))
+    with open_output(output) as out:
+        plan, samples = draw_in_workers(start, out, jobs, output.parent, write_head, process_encoder, sample_size)
+        write_tail(plan, out)
+    warn_if_large(plan, output, diagnostics, tuple(map(sum, zip(*samples))))
     return plan
 
 

@@ -20,11 +20,14 @@ import pickle
 import shutil
 import signal
 import tempfile
+from array import array
+from collections import Counter
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Sequence
 
 from ..diagnostics import InputError
-from .layout_chrome import write_parts
+from ..gc_pause import paused_gc
+from .layout_chrome import Plan, PlanStart, Process, ProcessHead, write_parts
 
 # Work worth a second process: below this many nodes (or slices), starting workers costs more than it saves.
 PARALLEL_MIN_NODES = 200_000
@@ -196,7 +199,94 @@ def _how_it_ended(status: int) -> str:
     return f"exited with code {os.waitstatus_to_exitcode(status)}"
 
 
-# ---------------------------------------------------------------- timeline processes
+# ---------------------------------------------------------------- timelines (Chrome JSON, Perfetto)
+
+
+def draw_in_workers(
+    start: PlanStart,
+    out: BinaryIO,
+    jobs: int,
+    beside: Path | None,
+    write_head: Callable[[Plan, BinaryIO], None],
+    make_encoder: Callable[[list[Process]], Callable[[Process], list[bytes]]],
+    measure: Callable[[list[Process], int], Any] | None = None,
+) -> tuple[Plan, list[Any]]:
+    """Place and print the drawn ranks of `start` (`layout_chrome.start_plan`) in `jobs` forked
+    workers; returns the plan (its processes: ProcessHeads, then `start.beside`) and what
+    `measure(processes, slices before them)` gave for each block of processes, in order.
+
+    Each worker (this process is the first) places a contiguous block of the drawn ranks
+    (`_Planner.place_rank`) and sends back what crosses ranks: the processes' heads and comm
+    slices (`comm_slices`). This process adds those in drawn order, so the flow ids are those
+    of one process (`_Planner.assign_flows`), calls `write_head(plan, out)` and sends each
+    worker the flows of its processes. The workers then print their blocks with
+    `make_encoder(block)` (as `write_processes` does): the first into `out`, the others into
+    unnamed temporary files in `beside`, copied into `out` after it in order. `start.beside`
+    is printed last, here; the caller writes what follows the processes.
+    """
+    trace, planner = start.trace, start.planner
+    blocks = split_blocks(start.drawn, jobs, lambda r: len(trace.ranks[r].nodes) + len(trace.ranks[r].display))
+    lists_drawn = Counter(id(trace.ranks[r].nodes) for r in start.drawn)
+    placed: list[Process] = []  # the block of this process (of each worker)
+    plans: list[Plan] = []
+
+    def place(k: int) -> tuple[list[ProcessHead], list]:
+        planner.comm_out = comms = []
+        with paused_gc():
+            placed.extend(planner.place_rank(trace.ranks[r]) for r in blocks[k])
+        planner.comm_out = None
+        for tpl in planner.templates.values():  # as in one process: args rows only for a list one rank draws
+            tpl.drawn = lists_drawn[id(tpl.nodes)]
+        return list(map(ProcessHead.of, placed)), comms
+
+    def assign_flows(results: list) -> list[tuple[dict, int]]:
+        flows_of_pid = planner.flows_of_pid
+        heads: list[ProcessHead] = []
+        for block_heads, comms in results:
+            for head, comm in zip(block_heads, comms):
+                flows_of_pid[head.pid] = array("q")
+                planner.add_comm(head.rank, comm)
+            heads += block_heads
+        with paused_gc():
+            flow_count = planner.assign_flows() if start.flows else 0
+        plans.append(start.plan(heads, flow_count))
+        items, before = [], 0
+        for block_heads, _ in results:
+            items.append(({head.pid: flows_of_pid[head.pid] for head in block_heads}, before))
+            before += sum(head.slice_count for head in block_heads)
+        planner.forget_comm()
+        write_head(plans[0], out)
+        return items
+
+    def print_block(k: int, item: tuple[dict, int]) -> Any:
+        flows, before = item
+        for process in placed:
+            process.flow_pairs = flows[process.pid]
+        measured = measure(placed, before) if measure is not None else None
+        target = out if k == 0 else open(files[k - 1].fileno(), "wb", buffering=1 << 20, closefd=False)
+        with paused_gc():
+            encode = make_encoder(placed)
+            for process in placed:
+                write_parts(target, encode(process))
+        if target is not out:
+            target.close()  # flushes into the temporary file
+        return measured
+
+    files = [tempfile.TemporaryFile(dir=beside) for _ in blocks[1:]]
+    try:
+        _, measured = run_forked_in_two_rounds(place, assign_flows, print_block, len(blocks),
+                                               "a worker drawing the timeline")
+        for f in files:
+            copy_into(out, f)
+    finally:
+        for f in files:
+            f.close()
+    plan = plans[0]
+    if start.beside is not None:
+        if measure is not None:
+            measured.append(measure([start.beside], plan.slice_count - start.beside.slice_count))
+        write_parts(out, make_encoder([start.beside])(start.beside))
+    return plan, measured
 
 
 def write_processes(out: BinaryIO, processes: Sequence, make_encoder: Callable[[Sequence], Callable[[Any], list[bytes]]],
