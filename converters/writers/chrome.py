@@ -41,7 +41,7 @@ from .atomic import atomic_file
 from .forked import draw_in_workers, workers_for, write_processes
 from .layout_chrome import (
     FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, PlanStart, Process,
-    lookup_encoded, plan_from, plan_trace, report_iteration, start_plan, write_parts,
+    lookup_encoded, plan_from, report_iteration, start_plan,
 )
 
 LARGE_JSON = 1_000_000_000

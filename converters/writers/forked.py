@@ -14,9 +14,7 @@ fails the run with one error (`WorkerFailed`), so the writer's `atomic_file` lea
 from __future__ import annotations
 
 import io
-import multiprocessing
 import os
-import pickle
 import shutil
 import signal
 import tempfile
@@ -41,7 +39,7 @@ class WorkerFailed(InputError):
 
 def workers_for(options, work: int) -> int:
     """--jobs, or all cores when `work` (nodes, slices) is big enough; 1 where fork is not available."""
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if not hasattr(os, "fork"):
         return 1
     jobs = getattr(options, "jobs", None) if options is not None else None
     if jobs is not None:
@@ -170,6 +168,8 @@ def _answer(results, task, *args) -> bool:
 
 
 def _write_message(f, value: Any) -> None:
+    import pickle  # here: a conversion in one process never needs it (start-up time)
+
     data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     f.write(len(data).to_bytes(8, "little"))
     f.write(data)
@@ -180,6 +180,8 @@ def _read_message(f) -> Any:
     head = f.read(8)
     if len(head) < 8:
         return None
+    import pickle
+
     size = int.from_bytes(head, "little")
     data = f.read(size)
     if len(data) < size:
