@@ -177,6 +177,50 @@ def test_the_command_reports_a_killed_worker_in_one_line(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+_STALLED_RUN = """
+import os, sys, time
+from pathlib import Path
+from converters import cli
+from converters.writers import chrome
+real, parent, marker = chrome.process_encoder, os.getpid(), Path(sys.argv.pop(1))
+def make(processes):
+    encode = real(processes)
+    def stalled(process):
+        if os.getpid() != parent:
+            marker.write_text("worker encoding")
+        time.sleep(60)
+        return encode(process)
+    return stalled
+chrome.process_encoder = make
+sys.argv = ["et-convert", *sys.argv[1:]]
+cli.run()
+"""
+
+
+def test_ctrl_c_stops_the_workers_and_leaves_no_output(tmp_path):
+    target, marker = tmp_path / "out" / "out.json", tmp_path / "marker"
+    run = subprocess.Popen(
+        [sys.executable, "-c", _STALLED_RUN, str(marker), str(SAMPLES / "megatron_tp2_pp2_dp1"), "--tp", "2", "--pp", "2",
+         "--jobs", "2", "-o", str(target)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=SAMPLES.parent, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a shell's background jobs ignore it
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists()
+        os.killpg(run.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole group
+        _, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130 and err.strip() == "et-convert: interrupted; earlier output left as it was"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(run.pid, 0)  # no worker left behind
+    assert os.listdir(target.parent) == []
+
+
 def test_workers_ignore_ctrl_c_and_results_come_in_order():
     def task(k):
         return k, signal.getsignal(signal.SIGINT) == signal.SIG_IGN, os.getpid()
