@@ -53,7 +53,7 @@ def write(trace, output, options=None, diagnostics: Diagnostics | None = None, t
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     output = Path(output)
     start = start_plan(trace, options, diagnostics, timeline)
-    jobs = min(workers_for(options, drawn_nodes(start)), len(start.drawn))
+    jobs = min(workers_for(options, start.drawn_work()), len(start.drawn))
     if jobs > 1:
         plan = write_forked(start, output, jobs, diagnostics)
     else:
@@ -74,19 +74,6 @@ def open_output(output: Path) -> Iterator[BinaryIO]:
                 yield gz
         else:
             yield raw
-
-
-def drawn_nodes(start: PlanStart) -> int:
-    """The work of placing and printing the drawn ranks: their slices, about."""
-    return sum(map(_rank_weight(start.trace), start.drawn))
-
-
-def _rank_weight(trace):
-    def weight(r: int) -> int:
-        rank = trace.ranks[r]
-        return len(rank.nodes) + len(rank.display)
-
-    return weight
 
 
 def write_forked(start: PlanStart, output: Path, jobs: int, diagnostics: Diagnostics) -> Plan:

@@ -227,7 +227,7 @@ def draw_in_workers(
     is printed last, here; the caller writes what follows the processes.
     """
     trace, planner = start.trace, start.planner
-    blocks = split_blocks(start.drawn, jobs, lambda r: len(trace.ranks[r].nodes) + len(trace.ranks[r].display))
+    blocks = split_blocks(start.drawn, jobs, start.rank_weight)
     lists_drawn = Counter(id(trace.ranks[r].nodes) for r in start.drawn)
     placed: list[Process] = []  # the block of this process (of each worker)
     plans: list[Plan] = []

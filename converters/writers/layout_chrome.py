@@ -425,6 +425,15 @@ class PlanStart:
     flows: bool  # whether flows are drawn (`one_clock`)
     beside: Process | None  # `measured_vs_modelled_process`, after the ranks
 
+    def rank_weight(self, r: int) -> int:
+        """The work of placing and printing rank `r`: its slices, about."""
+        rank = self.trace.ranks[r]
+        return len(rank.nodes) + len(rank.display)
+
+    def drawn_work(self) -> int:
+        """`rank_weight` of every drawn rank: what decides whether to fork workers (`forked.workers_for`)."""
+        return sum(map(self.rank_weight, self.drawn))
+
     def plan(self, processes: list, flow_count: int) -> Plan:
         """The plan of these processes (the drawn ranks', in drawn order) and the one beside them."""
         trace, origin = self.trace, self.trace.time_origin_ns + self.shift
