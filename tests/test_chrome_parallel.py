@@ -35,7 +35,7 @@ CASES = {
     "pytorch_gloo_4rank": (["pytorch_gloo_4rank"], {}),
     "simai": (["simai_tp8_pp16_1024gpu.txt"], {"ranks": "0-40,1000-1023"}),
     "chakra_data": (["chakra_data"], {}),
-    "optimusprime": (["optimusprime_llama1b_pp8.log"], {}),  # a modelled timeline: the "measured vs modelled" process
+    "optimusprime": (["optimusprime_llama1b_pp8.log"], {}),
 }
 
 
@@ -287,3 +287,15 @@ def test_the_size_warning_and_result_line_are_the_same(case, tmp_path, monkeypat
     assert any("GB of JSON" in m for m in messages[0])
     assert messages[0] == messages[1] == messages[2]
     assert len(estimates) == 3 and estimates[0] == estimates[1] == estimates[2] > 0
+
+
+def test_a_scaling_mode_set_without_flows_writes_the_same_bytes(tmp_path):
+    from helpers.megatron_synth import write_run
+
+    write_run(tmp_path / "logs", stages=2, tp=2, microbatches=2, scaling=True)
+    trace = read(tmp_path / "logs", diagnostics=Diagnostics())
+    assert trace.metadata.get("scaling_mode") and len(trace.ranks) == 4
+    serial = written(trace, {}, tmp_path / "one.json", 1)
+    assert b"bind_id" not in serial
+    for jobs in (2, 3):
+        assert written(trace, {}, tmp_path / "many.json", jobs) == serial
