@@ -234,8 +234,7 @@ def draw_in_workers(
 
     def place(k: int) -> tuple[list[ProcessHead], list]:
         planner.comm_out = comms = []
-        with paused_gc():
-            placed.extend(planner.place_rank(trace.ranks[r]) for r in blocks[k])
+        placed.extend(planner.place_rank(trace.ranks[r]) for r in blocks[k])
         planner.comm_out = None
         for tpl in planner.templates.values():  # as in one process: args rows only for a list one rank draws
             tpl.drawn = lists_drawn[id(tpl.nodes)]
@@ -249,8 +248,7 @@ def draw_in_workers(
                 flows_of_pid[head.pid] = array("q")
                 planner.add_comm(head.rank, comm)
             heads += block_heads
-        with paused_gc():
-            flow_count = planner.assign_flows() if start.flows else 0
+        flow_count = planner.assign_flows() if start.flows else 0
         plans.append(start.plan(heads, flow_count))
         items, before = [], 0
         for block_heads, _ in results:
@@ -266,18 +264,18 @@ def draw_in_workers(
             process.flow_pairs = flows[process.pid]
         measured = measure(placed, before) if measure is not None else None
         target = out if k == 0 else open(files[k - 1].fileno(), "wb", buffering=1 << 20, closefd=False)
-        with paused_gc():
-            encode = make_encoder(placed)
-            for process in placed:
-                write_parts(target, encode(process))
+        encode = make_encoder(placed)
+        for process in placed:
+            write_parts(target, encode(process))
         if target is not out:
             target.close()  # flushes into the temporary file
         return measured
 
     files = [tempfile.TemporaryFile(dir=beside) for _ in blocks[1:]]
     try:
-        _, measured = run_forked_in_two_rounds(place, assign_flows, print_block, len(blocks),
-                                               "a worker drawing the timeline")
+        with paused_gc():  # the workers' too: 100,000s of comm slices and pieces, no cycles
+            _, measured = run_forked_in_two_rounds(place, assign_flows, print_block, len(blocks),
+                                                   "a worker drawing the timeline")
         for f in files:
             copy_into(out, f)
     finally:
