@@ -19,6 +19,13 @@ made. Args shared by ranks (a stage's node list) are dicts encoded once each; a 
 node list of its own (each rank of a log: a distinct dict per node) prints its args from
 `ArgsRows` instead: a %-format per args shape, filled with its nodes' own fields
 (`row_texts`), and no dict is made per slice.
+
+Big traces (--jobs, or all cores from `forked.PARALLEL_MIN_NODES` drawn nodes) are drawn by
+forked workers that share the model copy-on-write (`forked.draw_in_workers`): each places
+and prints a contiguous block of the drawn ranks; this process merges their comm slices in
+drawn order for the flows and writes the blocks in order. The bytes and messages do not
+depend on the number of workers (tests/test_chrome_parallel.py). A `.json.gz` is compressed
+here, as the blocks arrive: one deflate stream whatever the number of workers.
 """
 
 from __future__ import annotations
