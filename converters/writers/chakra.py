@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import operator
-import os
 import signal
 from collections import Counter
 from dataclasses import replace
@@ -42,6 +41,7 @@ from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
 from ..options import Options
 from ..ranks import compact_ranks
 from .atomic import atomic_set
+from .forked import PARALLEL_MIN_NODES, workers_for  # noqa: F401 - PARALLEL_MIN_NODES: this module's threshold too
 
 SCHEMA_VERSION = "0.0.4"
 
@@ -148,18 +148,12 @@ def write_ranks(encoder: "RankEncoder", ranks: list[Rank], tmpdir: Path, name: s
     return {key: template.counts for key, template in encoder.templates.items()}
 
 
-# Work worth a second process: below this many nodes, starting workers costs more than it saves.
-PARALLEL_MIN_NODES = 200_000
 _shared_state: tuple | None = None  # what forked workers inherit (encoder, ranks, tmpdir, name, jobs)
 
 
 def worker_count(options: Options, trace: ExecutionTrace) -> int:
-    """--jobs, or all cores for big sets; 1 where fork is not available."""
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return 1
-    if options.jobs is not None:
-        return max(1, options.jobs)
-    return (os.cpu_count() or 1) if trace.node_count() >= PARALLEL_MIN_NODES else 1
+    """--jobs, or all cores for big sets (`forked.PARALLEL_MIN_NODES`); 1 where fork is not available."""
+    return workers_for(options, trace.node_count())
 
 
 def encode_shared_lists(encoder: "RankEncoder", ranks: list[Rank]) -> None:

@@ -19,17 +19,25 @@ made. Args shared by ranks (a stage's node list) are dicts encoded once each; a 
 node list of its own (each rank of a log: a distinct dict per node) prints its args from
 `ArgsRows` instead: a %-format per args shape, filled with its nodes' own fields
 (`row_texts`), and no dict is made per slice.
+
+Big traces (--jobs, or all cores from `forked.PARALLEL_MIN_NODES` drawn nodes) are drawn by
+forked workers that share the model copy-on-write (`forked.draw_in_workers`): each places
+and prints a contiguous block of the drawn ranks; this process merges their comm slices in
+drawn order for the flows and writes the blocks in order. The bytes and messages do not
+depend on the number of workers (tests/test_chrome_parallel.py). A `.json.gz` is compressed
+here, as the blocks arrive: one deflate stream whatever the number of workers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import math
 import operator
 from collections import Counter
 from itertools import compress, count, repeat
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 import orjson
 
@@ -37,9 +45,10 @@ from ..diagnostics import Diagnostics
 from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
+from .forked import draw_in_workers, workers_for, write_processes
 from .layout_chrome import (
-    FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, Process, lookup_encoded, plan_trace,
-    report_iteration, write_parts,
+    FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, PlanStart, Process,
+    lookup_encoded, plan_from, report_iteration, start_plan,
 )
 
 LARGE_JSON = 1_000_000_000
@@ -50,20 +59,48 @@ ARGS_CACHE_BYTES = 32 << 20  # encoded args kept for reuse by the next ranks
 def write(trace, output, options=None, diagnostics: Diagnostics | None = None, timeline: Timeline | None = None) -> None:
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     output = Path(output)
-    plan = plan_trace(trace, options, diagnostics, timeline)
-    warn_if_large(plan, output, diagnostics)
+    start = start_plan(trace, options, diagnostics, timeline)
+    jobs = min(workers_for(options, start.drawn_work()), len(start.drawn))
+    if jobs > 1:
+        plan = write_forked(start, output, jobs, diagnostics)
+    else:
+        plan = plan_from(start)
+        warn_if_large(plan, output, diagnostics)
+        with open_output(output) as out:
+            write_plan(plan, out)
+    report_iteration(plan, diagnostics)
+
+
+@contextlib.contextmanager
+def open_output(output: Path) -> Iterator[BinaryIO]:
+    """The output, written whole or not at all (`atomic_file`); gzip-compressed for `.gz`."""
     with atomic_file(output) as raw:
         if output.name.lower().endswith(".gz"):
             # mtime=0 and no file name inside: the same trace gives the same bytes
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as gz:
-                write_plan(plan, gz)
+                yield gz
         else:
-            write_plan(plan, raw)
-    report_iteration(plan, diagnostics)
+            yield raw
 
 
-def warn_if_large(plan: Plan, output: Path, diagnostics: Diagnostics) -> None:
-    estimate = estimated_json_bytes(plan)
+def write_forked(start: PlanStart, output: Path, jobs: int, diagnostics: Diagnostics) -> Plan:
+    """`write_plan(plan_trace(...))` with the drawn ranks placed and printed by forked workers
+    (`forked.draw_in_workers`): the same bytes and messages as in one process. Each worker
+    also prints its share of the first SIZE_SAMPLE_SLICES slices, for the size estimate."""
+
+    def write_head(plan: Plan, out: BinaryIO) -> None:
+        out.write(b'{"traceEvents":[')
+        out.write(orjson.dumps(metadata_events(plan))[1:-1])
+
+    with open_output(output) as out:
+        plan, samples = draw_in_workers(start, out, jobs, output.parent, write_head, process_encoder, sample_size)
+        write_tail(plan, out)
+    warn_if_large(plan, output, diagnostics, tuple(map(sum, zip(*samples))))
+    return plan
+
+
+def warn_if_large(plan: Plan, output: Path, diagnostics: Diagnostics, sample: tuple[int, int] | None = None) -> None:
+    estimate = estimated_json_bytes(plan, sample)
     if estimate > LARGE_JSON:
         diagnostics.warn(
             "chrome-large",
@@ -72,42 +109,69 @@ def warn_if_large(plan: Plan, output: Path, diagnostics: Diagnostics) -> None:
         )
 
 
-def estimated_json_bytes(plan: Plan) -> int:
+def estimated_json_bytes(plan: Plan, sample: tuple[int, int] | None = None) -> int:
     """The size of the JSON: metadata as printed, slices from the first SIZE_SAMPLE_SLICES or so.
 
     A fixed size per slice misjudges: slices print 215-235 B from workload tables and Chakra
-    sets and 370-500 B from logs (their args carry source lines), so print a sample instead.
+    sets and 370-500 B from logs (their args carry source lines), so print a sample instead
+    (`sample_size` of the plan's processes, unless given: workers sample their own).
     """
     metadata_bytes = len(orjson.dumps(metadata_events(plan))) + len(metadata_json(plan))
-    encoder = _SliceEncoder()
-    sample_bytes = sample_slices = 0
-    for process in plan.processes:
-        if sample_slices >= SIZE_SAMPLE_SLICES:
-            break
-        # a log's process can have 100,000s of slices: print only what the sample still needs
-        wanted = min(process.slice_count, SIZE_SAMPLE_SLICES - sample_slices)
-        sample_bytes += sum(map(len, encoder.process_parts(process, wanted)))
-        sample_slices += wanted
+    sample_bytes, sample_slices = sample if sample is not None else sample_size(plan.processes, 0)
     if not sample_slices:
         return metadata_bytes
     return metadata_bytes + plan.slice_count * sample_bytes // sample_slices
 
 
-def write_plan(plan: Plan, out: BinaryIO) -> None:
+def sample_size(processes: list[Process], before: int) -> tuple[int, int]:
+    """(bytes, slices) printed of the first SIZE_SAMPLE_SLICES slices of the trace that are
+    among `processes`, which follow `before` slices of earlier processes."""
+    encoder = _SliceEncoder()
+    sample_bytes = sample_slices = 0
+    for process in processes:
+        if before + sample_slices >= SIZE_SAMPLE_SLICES:
+            break
+        # a log's process can have 100,000s of slices: print only what the sample still needs
+        wanted = min(process.slice_count, SIZE_SAMPLE_SLICES - before - sample_slices)
+        sample_bytes += sum(map(len, encoder.process_parts(process, wanted)))
+        sample_slices += wanted
+    return sample_bytes, sample_slices
+
+
+def write_plan(plan: Plan, out: BinaryIO, jobs: int = 1, beside: Path | None = None) -> None:
+    """The JSON of `plan`; with `jobs` > 1 the processes' events are encoded by forked workers
+    (`forked.write_processes`: contiguous blocks, written in order), the same bytes."""
     out.write(b'{"traceEvents":[')
     with paused_gc():
         out.write(orjson.dumps(metadata_events(plan))[1:-1])
-        encoder = _SliceEncoder()
-        left = Counter(id(process.layout) for process in plan.processes)  # processes still to print per layout
-        for process in plan.processes:
-            write_parts(out, encoder.process_parts(process))
-            process.release()  # one process's args at a time (a log has a dict per node)
-            left[id(process.layout)] -= 1
-            if not left[id(process.layout)]:
-                encoder.finished(process.layout)
+        write_processes(out, plan.processes, process_encoder, jobs, beside, _SLICE_COUNT)
+    write_tail(plan, out)
+
+
+def write_tail(plan: Plan, out: BinaryIO) -> None:
     out.write(b'],"displayTimeUnit":"ms","metadata":')
     out.write(metadata_json(plan))
     out.write(b"}\n")
+
+
+def process_encoder(processes: list[Process]):
+    """`encode(process)`: the X events of each of `processes` in turn, as pieces to join;
+    what was encoded for a layout is freed after its last process among them."""
+    encoder = _SliceEncoder()
+    left = Counter(id(process.layout) for process in processes)  # processes still to print per layout
+
+    def encode(process: Process) -> list[bytes]:
+        parts = encoder.process_parts(process)
+        process.release()  # one process's args at a time (a log has a dict per node)
+        left[id(process.layout)] -= 1
+        if not left[id(process.layout)]:
+            encoder.finished(process.layout)
+        return parts
+
+    return encode
+
+
+_SLICE_COUNT = operator.attrgetter("slice_count")
 
 
 def metadata_json(plan: Plan) -> bytes:

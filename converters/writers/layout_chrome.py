@@ -239,6 +239,28 @@ class Process:
         return out
 
 
+@dataclass(slots=True)
+class ProcessHead:
+    """What the metadata events and the size estimate need of a Process placed elsewhere
+    (a forked worker's): no layout, names or args."""
+
+    rank: int
+    pid: int
+    name: str
+    args: dict[str, Any]
+    thread_slots: list[tuple[int, str]]  # its layout's threads
+    slice_count: int
+
+    @classmethod
+    def of(cls, process: Process) -> "ProcessHead":
+        return cls(process.rank, process.pid, process.name, process.args, process.layout.threads, process.slice_count)
+
+    @property
+    def threads(self) -> list[Thread]:
+        base = self.pid * TID_STRIDE
+        return [Thread(base + slot, name, slot) for slot, name in self.thread_slots]
+
+
 @dataclass
 class Plan:
     processes: list[Process]
@@ -376,6 +398,57 @@ def plan_trace(
     diagnostics: Diagnostics | None = None,
     timeline: Timeline | None = None,
 ) -> Plan:
+    return plan_from(start_plan(trace, options, diagnostics, timeline))
+
+
+def plan_from(start: PlanStart) -> Plan:
+    """Place every drawn rank and draw the flows between them, in this process."""
+    planner = start.planner
+    with paused_gc():
+        processes = [planner.place_rank(start.trace.ranks[r]) for r in start.drawn]
+        flow_count = planner.assign_flows() if start.flows else 0
+        planner.forget_comm()  # the processes keep the planner to build their args later
+    return start.plan(processes, flow_count)
+
+
+@dataclass
+class PlanStart:
+    """What `plan_trace` decides before placing any rank; the rest is per drawn rank
+    (`_Planner.place_rank`), then across them (`_Planner.assign_flows`). Forked workers
+    (`chrome.write`) place their share of the ranks with a copy of `planner`."""
+
+    trace: ExecutionTrace
+    timeline: Timeline
+    drawn: list[int]
+    shift: int
+    planner: _Planner
+    flows: bool  # whether flows are drawn (`one_clock`)
+    beside: Process | None  # `measured_vs_modelled_process`, after the ranks
+
+    def rank_weight(self, r: int) -> int:
+        """The work of placing and printing rank `r`: its slices, about."""
+        rank = self.trace.ranks[r]
+        return len(rank.nodes) + len(rank.display)
+
+    def drawn_work(self) -> int:
+        """`rank_weight` of every drawn rank: what decides whether to fork workers (`forked.workers_for`)."""
+        return sum(map(self.rank_weight, self.drawn))
+
+    def plan(self, processes: list, flow_count: int) -> Plan:
+        """The plan of these processes (the drawn ranks', in drawn order) and the one beside them."""
+        trace, origin = self.trace, self.trace.time_origin_ns + self.shift
+        return Plan(
+            processes=processes + ([self.beside] if self.beside is not None else []),
+            origin_ns=origin,
+            flow_count=flow_count,
+            drawn=self.drawn,
+            world=len(trace.ranks),
+            metadata=output_metadata(trace, self.timeline, origin, self.drawn),
+        )
+
+
+def start_plan(trace: ExecutionTrace, options=None, diagnostics: Diagnostics | None = None,
+               timeline: Timeline | None = None) -> PlanStart:
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     if timeline is None:
         timeline = timeline_for(trace, options)
@@ -383,21 +456,8 @@ def plan_trace(
     shift = min((min(s) for s in timeline.starts.values() if s), default=0)
     shift = display_shift(trace, drawn, shift)
     planner = _Planner(trace, timeline, shift, diagnostics)
-    with paused_gc():
-        processes = [planner.place_rank(trace.ranks[r]) for r in drawn]
-        flow_count = planner.assign_flows() if one_clock(trace, timeline) else 0
-        planner.forget_comm()  # the processes keep the planner to build their args later
-    beside = measured_vs_modelled_process(trace, timeline, shift)
-    if beside is not None:
-        processes.append(beside)
-    return Plan(
-        processes=processes,
-        origin_ns=trace.time_origin_ns + shift,
-        flow_count=flow_count,
-        drawn=drawn,
-        world=len(trace.ranks),
-        metadata=output_metadata(trace, timeline, trace.time_origin_ns + shift, drawn),
-    )
+    return PlanStart(trace, timeline, drawn, shift, planner, one_clock(trace, timeline),
+                     measured_vs_modelled_process(trace, timeline, shift))
 
 
 def measured_vs_modelled_process(trace: ExecutionTrace, timeline: Timeline, shift: int) -> Process | None:
@@ -615,6 +675,7 @@ class _Planner:
         self.recvs: dict[tuple, list[int]] = {}  # (src, dst, tag) -> receives
         self.instances: dict[int | None, list[list[int]]] = {}  # group -> k -> members of the k-th collective
         self.flows_of_pid: dict[int, array] = {}  # pid -> its Process.flow_pairs
+        self.comm_out: list | None = None  # set: collect_comm appends each rank's comm_slices here instead
 
     def template(self, nodes) -> _Template:
         found = self.templates.get(id(nodes))
@@ -863,23 +924,26 @@ class _Planner:
 
     def collect_comm(self, r: int, process: Process, collectives: dict, p2p: dict) -> None:
         """Remember this rank's collective instances, sends and receives, in program order."""
-        layout = process.layout
-        starts, slots = layout.starts, layout.slots
-        base = process.pid * TID_STRIDE
+        if self.comm_out is not None:  # a forked worker: the parent assigns the flows
+            self.comm_out.append(comm_slices(process, collectives, p2p))
+            return
         self.flows_of_pid[process.pid] = process.flow_pairs
-        for gid, positions in collectives.items():
+        self.add_comm(r, comm_slices(process, collectives, p2p))
+
+    def add_comm(self, r: int, comm: tuple[list, list]) -> None:
+        """Add one rank's `comm_slices` (drawn ranks in drawn order: flow ids follow this order)."""
+        coll_members, p2p_ends = comm
+        for gid, members in coll_members:
             instances = self.instances.get(gid)
             if instances is None:
                 instances = self.instances[gid] = []
             have = len(instances)
-            for k, i in enumerate(positions):
-                member = ((starts[i] << _TID_BITS | base + slots[i]) << _POSITION_BITS) | i  # see _POSITION_BITS
+            for k, member in enumerate(members):
                 if k < have:
                     instances[k].append(member)
                 else:
                     instances.append([member])
-        for (kind, peer, tag), positions in p2p.items():
-            ends = [((starts[i] << _TID_BITS | base + slots[i]) << _POSITION_BITS) | i for i in positions]
+        for kind, peer, tag, ends in p2p_ends:
             if kind == NodeKind.SEND:
                 self.sends[(r, peer, tag)] = ends
             else:
@@ -928,6 +992,23 @@ class _Planner:
     def forget_comm(self) -> None:
         """Drop the comm slices collected for the flows."""
         self.sends, self.recvs, self.instances, self.flows_of_pid = {}, {}, {}, {}
+
+
+def comm_slices(process: Process, collectives: dict, p2p: dict) -> tuple[list, list]:
+    """A rank's comm slices as plain values (ints, see _POSITION_BITS), in program order:
+    [(group, members of its 1st, 2nd... collective)], [(kind, peer, tag, slices)]."""
+    layout = process.layout
+    starts, slots = layout.starts, layout.slots
+    base = process.pid * TID_STRIDE
+    coll_members = [
+        (gid, [((starts[i] << _TID_BITS | base + slots[i]) << _POSITION_BITS) | i for i in positions])
+        for gid, positions in collectives.items()
+    ]
+    p2p_ends = [
+        (kind, peer, tag, [((starts[i] << _TID_BITS | base + slots[i]) << _POSITION_BITS) | i for i in positions])
+        for (kind, peer, tag), positions in p2p.items()
+    ]
+    return coll_members, p2p_ends
 
 
 @functools.cache

@@ -1,0 +1,369 @@
+"""Work split over forked workers that share this process's memory copy-on-write.
+
+A writer that has made its whole plan in this process (the model, the processes of a
+timeline) forks workers that encode parts of it; the parts need no pickling on the way in,
+and only their bytes (in temporary files) and small results come back. The Chakra writer
+forks one worker per share of ranks (`chakra.write_ranks_in_parallel`); the timeline writers
+use `write_processes`: contiguous blocks of processes, each encoded by one worker, written
+one after the other so the output is the same bytes whatever the number of workers.
+
+Workers ignore Ctrl-C (the parent stops them); a worker that dies (killed, out of memory)
+fails the run with one error (`WorkerFailed`), so the writer's `atomic_file` leaves no output.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import tempfile
+from array import array
+from collections import Counter
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Sequence
+
+from ..diagnostics import InputError
+from ..gc_pause import paused_gc
+from .layout_chrome import Plan, PlanStart, Process, ProcessHead, write_parts
+
+# Work worth a second process: below this many nodes (or slices), starting workers costs more than it saves.
+PARALLEL_MIN_NODES = 200_000
+
+_COPY_CHUNK = 1 << 20
+
+
+class WorkerFailed(InputError):
+    """A forked worker died or failed without an error of its own to report."""
+
+
+def workers_for(options, work: int) -> int:
+    """--jobs, or all cores when `work` (nodes, slices) is big enough; 1 where fork is not available."""
+    if not hasattr(os, "fork"):
+        return 1
+    jobs = getattr(options, "jobs", None) if options is not None else None
+    if jobs is not None:
+        return max(1, jobs)
+    return (os.cpu_count() or 1) if work >= PARALLEL_MIN_NODES else 1
+
+
+def run_forked(task: Callable[[int], Any], jobs: int, what: str = "a worker") -> list[Any]:
+    """`task(k)` for k in range(jobs): k = 0 in this process, every other k in a forked child,
+    all at once; their results (pickled back through a pipe) in k order.
+
+    An exception raised in a child is raised here; a child that dies without a result (a
+    signal, e.g. the out-of-memory killer) raises WorkerFailed. If this process fails or is
+    interrupted, the children are killed.
+    """
+    return run_forked_in_two_rounds(task, None, None, jobs, what)[0]
+
+
+def run_forked_in_two_rounds(
+    first: Callable[[int], Any],
+    decide: Callable[[list[Any]], list[Any]] | None,
+    second: Callable[[int, Any], Any] | None,
+    jobs: int,
+    what: str = "a worker",
+) -> tuple[list[Any], list[Any]]:
+    """`run_forked` with a step between: every worker k runs `first(k)`; once all have, this
+    process runs `decide(all their results)`, whose k-th item goes to worker k for `second(k, item)`.
+    Returns both rounds' results. Worker 0 is this process: it runs `first(0)` and `second(0, ...)`
+    while the children run theirs. Without `decide`, one round."""
+    children: list[_Child] = []
+    try:
+        for k in range(1, jobs):
+            children.append(_Child(k, first, second if decide is not None else None))
+        firsts = [first(0)] + [child.result(what) for child in children]
+        if decide is None:
+            return firsts, []
+        items = decide(firsts)
+        for child, item in zip(children, items[1:]):
+            child.send(item)
+        seconds = [second(0, items[0])] + [child.result(what) for child in children]
+        return firsts, seconds
+    finally:
+        for child in children:
+            child.close()
+
+
+class _Child:
+    """A forked worker and the two pipes to it: results come back pickled, each after its length."""
+
+    def __init__(self, k: int, first: Callable[[int], Any], second: Callable[[int, Any], Any] | None):
+        results_in, results_out = os.pipe()
+        items_in, items_out = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(results_in)
+            os.close(items_out)
+            _be_the_child(k, first, second, results_out, items_in)  # never returns
+        os.close(results_out)
+        os.close(items_in)
+        self.pid: int | None = pid
+        self.results = os.fdopen(results_in, "rb")
+        self.items = os.fdopen(items_out, "wb")
+
+    def send(self, item: Any) -> None:
+        _write_message(self.items, item)
+        self.items.flush()
+
+    def result(self, what: str) -> Any:
+        message = _read_message(self.results)
+        if message is None:
+            status = self._reap()
+            raise WorkerFailed(None, f"{what} (process {status[0]}) {_how_it_ended(status[1])} before finishing; "
+                                     "nothing written")
+        ok, value = message
+        if not ok:
+            raise value
+        return value
+
+    def _reap(self) -> tuple[int, int]:
+        pid, self.pid = self.pid, None
+        _, status = os.waitpid(pid, 0)
+        return pid, status
+
+    def close(self) -> None:
+        """Reap the child: done by now, else (this process failed, or Ctrl-C) killed first."""
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)  # our own child, not reaped yet: its id is still ours
+            except ProcessLookupError:
+                pass
+            self._reap()
+        self.results.close()
+        try:
+            self.items.close()
+        except OSError:  # a killed reader: a broken pipe on the last flush
+            pass
+
+
+def _be_the_child(k: int, first, second, results_fd: int, items_fd: int) -> None:
+    # os._exit: the parent's atexit handlers and buffered output are not the child's to run
+    code = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
+        with os.fdopen(results_fd, "wb") as results, os.fdopen(items_fd, "rb") as items:
+            ok = _answer(results, first, k)
+            if ok and second is not None:
+                item = _read_message(items)
+                if item is not None:  # None: the parent gave up
+                    _answer(results, second, k, item)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _answer(results, task, *args) -> bool:
+    try:
+        message = (True, task(*args))
+    except BaseException as e:  # noqa: BLE001 - everything goes to the parent
+        message = (False, e)
+    try:
+        _write_message(results, message)
+    except Exception:  # an exception or a result that does not pickle: its text
+        _write_message(results, (False, WorkerFailed(None, f"{type(message[1]).__name__}: {message[1]}")))
+    results.flush()
+    return message[0]
+
+
+def _write_message(f, value: Any) -> None:
+    import pickle  # here: a conversion in one process never needs it (start-up time)
+
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(len(data).to_bytes(8, "little"))
+    f.write(data)
+
+
+def _read_message(f) -> Any:
+    """The next message, or None at the end of the pipe (the other side is gone)."""
+    head = f.read(8)
+    if len(head) < 8:
+        return None
+    import pickle
+
+    size = int.from_bytes(head, "little")
+    data = f.read(size)
+    if len(data) < size:
+        return None
+    return pickle.loads(data)
+
+
+def _how_it_ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        hint = " (out of memory?)" if number == signal.SIGKILL else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with code {os.waitstatus_to_exitcode(status)}"
+
+
+# ---------------------------------------------------------------- timelines (Chrome JSON, Perfetto)
+
+
+def draw_in_workers(
+    start: PlanStart,
+    out: BinaryIO,
+    jobs: int,
+    beside: Path | None,
+    write_head: Callable[[Plan, BinaryIO], None],
+    make_encoder: Callable[[list[Process]], Callable[[Process], list[bytes]]],
+    measure: Callable[[list[Process], int], Any] | None = None,
+) -> tuple[Plan, list[Any]]:
+    """Place and print the drawn ranks of `start` (`layout_chrome.start_plan`) in `jobs` forked
+    workers; returns the plan (its processes: ProcessHeads, then `start.beside`) and what
+    `measure(processes, slices before them)` gave for each block of processes, in order.
+
+    Each worker (this process is the first) places a contiguous block of the drawn ranks
+    (`_Planner.place_rank`) and sends back what crosses ranks: the processes' heads and comm
+    slices (`comm_slices`). This process adds those in drawn order, so the flow ids are those
+    of one process (`_Planner.assign_flows`), calls `write_head(plan, out)` and sends each
+    worker the flows of its processes. The workers then print their blocks with
+    `make_encoder(block)` (as `write_processes` does): the first into `out`, the others into
+    unnamed temporary files in `beside`, copied into `out` after it in order. `start.beside`
+    is printed last, here; the caller writes what follows the processes.
+    """
+    trace, planner = start.trace, start.planner
+    blocks = split_blocks(start.drawn, jobs, start.rank_weight)
+    lists_drawn = Counter(id(trace.ranks[r].nodes) for r in start.drawn)
+    placed: list[Process] = []  # the block of this process (of each worker)
+    plans: list[Plan] = []
+
+    def place(k: int) -> tuple[list[ProcessHead], list]:
+        planner.comm_out = comms = []
+        placed.extend(planner.place_rank(trace.ranks[r]) for r in blocks[k])
+        planner.comm_out = None
+        for tpl in planner.templates.values():  # as in one process: args rows only for a list one rank draws
+            tpl.drawn = lists_drawn[id(tpl.nodes)]
+        return list(map(ProcessHead.of, placed)), comms
+
+    def assign_flows(results: list) -> list[tuple[dict, int]]:
+        flows_of_pid = planner.flows_of_pid
+        heads: list[ProcessHead] = []
+        for block_heads, comms in results:
+            for head, comm in zip(block_heads, comms):
+                flows_of_pid[head.pid] = array("q")
+                planner.add_comm(head.rank, comm)
+            heads += block_heads
+        flow_count = planner.assign_flows() if start.flows else 0
+        plans.append(start.plan(heads, flow_count))
+        items, before = [], 0
+        for block_heads, _ in results:
+            items.append(({head.pid: flows_of_pid[head.pid] for head in block_heads}, before))
+            before += sum(head.slice_count for head in block_heads)
+        planner.forget_comm()
+        write_head(plans[0], out)
+        return items
+
+    def print_block(k: int, item: tuple[dict, int]) -> Any:
+        flows, before = item
+        for process in placed:
+            process.flow_pairs = flows[process.pid]
+        measured = measure(placed, before) if measure is not None else None
+        target = out if k == 0 else open(files[k - 1].fileno(), "wb", buffering=1 << 20, closefd=False)
+        encode = make_encoder(placed)
+        for process in placed:
+            write_parts(target, encode(process))
+        if target is not out:
+            target.close()  # flushes into the temporary file
+        return measured
+
+    files = [tempfile.TemporaryFile(dir=beside) for _ in blocks[1:]]
+    try:
+        with paused_gc():  # the workers' too: 100,000s of comm slices and pieces, no cycles
+            _, measured = run_forked_in_two_rounds(place, assign_flows, print_block, len(blocks),
+                                                   "a worker drawing the timeline")
+        for f in files:
+            copy_into(out, f)
+    finally:
+        for f in files:
+            f.close()
+    plan = plans[0]
+    if start.beside is not None:
+        if measure is not None:
+            measured.append(measure([start.beside], plan.slice_count - start.beside.slice_count))
+        write_parts(out, make_encoder([start.beside])(start.beside))
+    return plan, measured
+
+
+def write_processes(out: BinaryIO, processes: Sequence, make_encoder: Callable[[Sequence], Callable[[Any], list[bytes]]],
+                    jobs: int, beside: Path | None = None, weight: Callable[[Any], int] | None = None) -> None:
+    """Write the events of every process into `out`, in order, encoded by `jobs` workers.
+
+    `make_encoder(block)` is called once per worker with its contiguous block of processes
+    and returns `encode(process) -> list[bytes]`, called on each process of the block in
+    order: the pieces are written as they come (`layout_chrome.write_parts`). This process
+    encodes the first block straight into `out`; each other worker writes its block into an
+    unnamed temporary file in `beside` (nothing is left behind, even when killed), copied
+    into `out` after the first block. With one block this is the plain loop.
+    """
+    blocks = split_blocks(processes, jobs, weight)
+    if len(blocks) <= 1:
+        encode = make_encoder(processes)
+        for process in processes:
+            write_parts(out, encode(process))
+        return
+    files = [tempfile.TemporaryFile(dir=beside) for _ in blocks[1:]]
+    try:
+        def encode_block(k: int) -> None:
+            if k == 0:
+                target, own = out, None
+            else:
+                target = own = open(files[k - 1].fileno(), "wb", buffering=1 << 20, closefd=False)
+            encode = make_encoder(blocks[k])
+            for process in blocks[k]:
+                write_parts(target, encode(process))
+            if own is not None:
+                own.close()  # flushes into the temporary file
+
+        run_forked(encode_block, len(blocks), "a worker encoding the timeline")
+        for f in files:
+            copy_into(out, f)
+    finally:
+        for f in files:
+            f.close()
+
+
+def split_blocks(items: Sequence, parts: int, weight: Callable[[Any], int] | None = None) -> list[list]:
+    """`items` in at most `parts` contiguous, non-empty blocks of about equal total weight."""
+    items = list(items)
+    parts = max(1, min(parts, len(items)))
+    if parts == 1:
+        return [items] if items else []
+    weights = [max(1, weight(item)) if weight is not None else 1 for item in items]
+    total = sum(weights)
+    blocks: list[list] = []
+    start = done = 0
+    for i, w in enumerate(weights):
+        done += w
+        left = len(items) - (i + 1)  # items after this one
+        wanted = parts - len(blocks) - 1  # blocks still to make after closing this one
+        # close the block at the k-th share of the weight, keeping an item for every later block
+        if wanted and left >= wanted and done * parts >= total * (len(blocks) + 1):
+            blocks.append(items[start:i + 1])
+            start = i + 1
+    blocks.append(items[start:])
+    return blocks
+
+
+def copy_into(out: BinaryIO, source: BinaryIO) -> None:
+    """Append the whole of `source` (a file) to `out`: in the kernel when both are plain files."""
+    size = os.fstat(source.fileno()).st_size
+    copied = 0
+    if type(out) is io.BufferedWriter and size:
+        out.flush()
+        try:
+            while copied < size:
+                n = os.copy_file_range(source.fileno(), out.fileno(), size - copied, offset_src=copied)
+                if n == 0:
+                    break
+                copied += n
+        except OSError:  # no copy_file_range here (another file system, an old kernel)
+            if copied:
+                raise
+        out.seek(0, os.SEEK_END)  # the buffered writer learns where the kernel left the file
+    source.seek(copied)
+    shutil.copyfileobj(source, out, _COPY_CHUNK)
