@@ -9,17 +9,23 @@ A rank with a node list of its own (each rank of a log) encodes its annotations 
 `ArgsRows` (`row_begin_heads`): each args shape's fixed pieces once, its nodes' own fields
 per value, no dict per slice.
 
-Packet stream (one trusted sequence):
-1. a packet that clears incremental state;
-2. a track descriptor per process (pid, name, sort index; uuid 2^40 + pid) and per thread
-   (pid, tid, name, sort index; uuid pid | slot << 21, see `thread_uuid`);
-3. per process, in plan order: a packet interning the slice names and arg names this
-   process uses first (iids count from 1 across the trace, in first-use order), then its
-   TYPE_SLICE_BEGIN / TYPE_SLICE_END events in time order, begins and ends of one thread in
-   proper nesting order (an end at t comes before a begin at t). Args are debug annotations;
-   flows are `flow_ids` on the begin event (a chain's start and middle links) and
-   `terminating_flow_ids` (its end), so Perfetto draws the same arrows as from the JSON.
+Packet stream:
+1. on sequence SEQUENCE_ID (1), a packet that clears incremental state, then a track
+   descriptor per process (pid, name, sort index; uuid 2^40 + pid) and per thread (pid, tid,
+   name, sort index; uuid pid | slot << 21, see `thread_uuid`);
+2. per process, in plan order, on a trusted sequence of its own (`sequence_id`: 2^21 + pid):
+   a packet with SEQ_INCREMENTAL_STATE_CLEARED interning every slice name and arg name the
+   process uses (iids from 1, in first-use order over its begins), then its TYPE_SLICE_BEGIN /
+   TYPE_SLICE_END events (SEQ_NEEDS_INCREMENTAL_STATE) in time order, begins and ends of one
+   thread in proper nesting order (an end at t comes before a begin at t). Args are debug
+   annotations; flows are `flow_ids` on the begin event (a chain's start and middle links)
+   and `terminating_flow_ids` (its end), so Perfetto draws the same arrows as from the JSON.
 
+Interned data and incremental state are per sequence in Perfetto (trace processor keeps them
+per trusted_packet_sequence_id, starts a new state at SEQ_INCREMENTAL_STATE_CLEARED, reads a
+packet's interned_data after that flag, and drops a SEQ_NEEDS_INCREMENTAL_STATE packet seen
+before any clear on its sequence). So a process's bytes depend on that process alone
+(`encode_process`): processes can be encoded apart (another worker) and concatenated.
 Events are in time order per process, not across processes: Perfetto's trace processor
 sorts every packet by timestamp before parsing, keeping file order among equal timestamps
 (its sorter compares (timestamp, position in the file)), so only the order of one track's
@@ -52,10 +58,11 @@ from .layout_chrome import (
     plan_trace, report_iteration, write_parts,
 )
 
-SEQUENCE_ID = 1
+SEQUENCE_ID = 1  # the first packet and the track descriptors
 _BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 _END = pb.TrackEvent.TYPE_SLICE_END
 _NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+_CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 
 
 def write(trace, output, options=None, diagnostics: Diagnostics | None = None, timeline: Timeline | None = None) -> None:
@@ -82,14 +89,30 @@ def write_packets(plan: Plan, out: BinaryIO) -> None:
     left = Counter(id(process.layout) for process in plan.processes)  # processes still to write per layout
     for process in plan.processes:
         layout = process.layout
-        events = encoder.process_parts(process, shared=left[id(layout)] > 1 or "perfetto" in layout.cache)
-        out.write(encoder.interning_packet())  # the names this process is first to use, before its events
-        write_parts(out, events)
-        del events
+        parts = encode_process(process, encoder, shared=left[id(layout)] > 1 or "perfetto" in layout.cache)
+        write_parts(out, parts)
+        del parts
         process.release()  # one process's args at a time (a log has a dict per node)
         left[id(layout)] -= 1
         if not left[id(layout)]:
             encoder.finished(layout)
+
+
+def encode_process(process: Process, encoder: _EventEncoder, shared: bool = False) -> list[bytes]:
+    """One process's packets, in pieces to be joined (`layout_chrome.write_parts`): the packet
+    interning its names and arg names on its own sequence, then its begins and ends.
+
+    The bytes depend on the process alone: `encoder` keeps only encodings that hold for any
+    process with the same content (its caches may make them faster, not different), and
+    `shared` (its layout serves other processes too) only chooses how they are made.
+    """
+    return encoder.process_parts(process, shared)
+
+
+def sequence_id(pid: int) -> int:
+    """A process's trusted_packet_sequence_id: above SEQUENCE_ID, and a 4-byte varint for every
+    pid (`pid_bytes` refuses pids from 2^21), so framing lengths do not depend on the pid."""
+    return SEQUENCE_BASE + pid
 
 
 # ---------------------------------------------------------------- slice events, encoded by hand
@@ -115,7 +138,7 @@ def write_packets(plan: Plan, out: BinaryIO) -> None:
 # terminating_flow_ids = 48 (fixed64).
 
 _PACKET = b"\x0a"  # Trace.packet
-_SEQUENCE = b"\x50" + bytes([SEQUENCE_ID])  # trusted_packet_sequence_id
+_SEQUENCE = b"\x50"  # trusted_packet_sequence_id
 _TRACK_EVENT = b"\x5a"
 _FLAGS = b"\x68" + bytes([_NEEDS_STATE])  # sequence_flags
 _END_TYPE = b"\x48" + bytes([_END])  # TrackEvent.type = TYPE_SLICE_END
@@ -129,6 +152,7 @@ _FLOW_ID = struct.Struct("<Q")  # fixed64
 PID_BITS = 21  # thread track uuid = pid | slot << PID_BITS
 PID_FIELD_SIZE = PID_BITS // 7  # bytes of the pid part of a thread uuid's varint
 _PIECES_PER_PACKET = 6
+SEQUENCE_BASE = 1 << PID_BITS  # see `sequence_id`
 
 
 class _Prefixed(dict):
@@ -161,93 +185,145 @@ _PLAIN_VALUES = frozenset({str, int})  # arg values whose (key, value) names one
 _COLUMN_VALUES = _PLAIN_VALUES | {type(None)}  # None: a field the slice's args do not have (no dict has None values)
 
 
+def _prepend(packet: bytes, parts: list[bytes]) -> list[bytes]:
+    """`parts` with `packet` written before them (joined to the first piece: no list copy)."""
+    parts[0] = packet + parts[0]
+    return parts
+
+
+class _Interned:
+    """One process's interning (iids from 1: its slice names, then separately its arg names, in
+    first-use order over its begins in writing order) and the encodings that hold for it.
+
+    Any process with the same tables may reuse these encodings (`_EventEncoder.interned_for`):
+    the ranks of a stage, or log ranks with the same names in the same order.
+    """
+
+    def __init__(self, names: tuple[str, ...], arg_names: tuple[str, ...]):
+        self.key = (names, arg_names)
+        self.names = dict(zip(names, count(1)))
+        self.arg_names = dict(zip(arg_names, count(1)))
+        self.name_fields = _NameFields(self.names)  # name -> the fields after the annotations
+        self.annotations = _Annotations(self.arg_names)
+        self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> see `begin_heads`
+        self.pinned: list[dict[str, Any]] = []  # the args of `begins`
+        self.begin_bytes = 0
+        self.shape_formats: dict[ArgsShape, bytes] = {}  # shape -> `shape_format`, kept while the tables are
+
+    def packet(self, sequence: int) -> bytes:
+        """The packet that starts a process's sequence: clears its state and interns every name."""
+        packet = pb.TracePacket(trusted_packet_sequence_id=sequence, sequence_flags=_CLEARED)
+        interned = packet.interned_data
+        for name, iid in self.names.items():
+            interned.event_names.add(iid=iid, name=name)
+        for name, iid in self.arg_names.items():
+            interned.debug_annotation_names.add(iid=iid, name=name)
+        return pb.Trace(packet=[packet]).SerializeToString()
+
+    def forget_begins(self) -> None:
+        self.begins.clear()
+        self.pinned.clear()
+        self.begin_bytes = 0
+
+
+def interning_tables(names: list[str], args: list[dict[str, Any]] | None, rows: ArgsRows | None,
+                     positions: list[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(slice names, arg names) in first-use order over the begins at these positions (in
+    writing order), each args dict's or shape's keys in its order."""
+    slice_names = tuple(dict.fromkeys(map(names.__getitem__, positions)))
+    if rows is not None:
+        shapes = dict.fromkeys(map(rows.shapes.__getitem__, positions))
+        keys = chain.from_iterable([key for key, _, _ in shape.items] for shape in shapes)
+    else:
+        drawn = list(map(args.__getitem__, positions))
+        keys = chain.from_iterable(dict(zip(map(id, drawn), drawn)).values())  # each distinct dict once
+    return slice_names, tuple(dict.fromkeys(keys))
+
+
 class _EventEncoder:
-    """Frames the events of one process after another; interns names as they first appear."""
+    """Frames the events of one process after another; keeps encodings that depend on content only."""
 
     def __init__(self) -> None:
-        self.names: dict[str, int] = {}  # slice name -> iid
-        self.arg_names: dict[str, int] = {}  # arg name -> iid
-        self.new_names: list[str] = []  # interned since the last interning packet
-        self.new_arg_names: list[str] = []
-        self.annotations = _Annotations(self.arg_names, self.intern_arg_name)
-        self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> see `begin_heads`
-        self.name_fields = _NameFields(self)  # name -> the fields after the annotations
-        self.pinned: list[dict[str, Any]] = []  # the args of `begins`
-        # shape -> `shape_format` of the last process with rows (names once interned stay)
-        self.shape_formats: dict[ArgsShape, bytes] = {}
-        self.begin_bytes = 0
+        self.interned: _Interned | None = None  # the last process's
         self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
-        self.event_heads = _Prefixed(_SEQUENCE + _TRACK_EVENT)  # event length -> what precedes the event
+        self.sequence = 0
+        self.event_heads = _Prefixed(b"")  # event length -> what precedes the event, on `sequence`
         self.slot_tails = _Prefixed(b"", suffix=_FLAGS)  # slot -> its varint and the sequence flags
         self.slot_varints = _Prefixed(b"")
 
-    # -- interning
+    def interned_for(self, key: tuple[tuple[str, ...], tuple[str, ...]]) -> _Interned:
+        if self.interned is None or self.interned.key != key:
+            self.interned = _Interned(*key)
+        return self.interned
 
-    def intern_name(self, name: str) -> int:
-        iid = self.names[name] = len(self.names) + 1
-        self.new_names.append(name)
-        return iid
-
-    def intern_arg_name(self, name: str) -> int:
-        iid = self.arg_names[name] = len(self.arg_names) + 1
-        self.new_arg_names.append(name)
-        return iid
-
-    def interning_packet(self) -> bytes:
-        """The names interned since the last call, as one packet (b"" when none)."""
-        if not self.new_names and not self.new_arg_names:
-            return b""
-        packet = pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID, sequence_flags=_NEEDS_STATE)
-        interned = packet.interned_data
-        for name in self.new_names:
-            interned.event_names.add(iid=self.names[name], name=name)
-        for name in self.new_arg_names:
-            interned.debug_annotation_names.add(iid=self.arg_names[name], name=name)
-        self.new_names.clear()
-        self.new_arg_names.clear()
-        return pb.Trace(packet=[packet]).SerializeToString()
+    def start_sequence(self, pid: int) -> bytes:
+        """Frame the next events on this process's sequence; the sequence id field."""
+        sequence = sequence_id(pid)
+        field = _SEQUENCE + varint(sequence)
+        if sequence != self.sequence:
+            self.sequence = sequence
+            self.event_heads = _Prefixed(field + _TRACK_EVENT)
+        return field
 
     # -- one process
 
     def process_parts(self, process: Process, shared: bool) -> list[bytes]:
-        """Every begin and end of a process, framed, in pieces to be joined
-        (`layout_chrome.write_parts`); `shared`: its layout serves other processes too."""
+        """The interning packet and every begin and end of a process, framed, in pieces to be
+        joined (`layout_chrome.write_parts`); `shared`: its layout serves other processes too."""
         layout = process.layout
         columns = layout.cache.get("perfetto")
         if columns is None:
-            columns = layout.cache["perfetto"] = _Columns(layout, self)
+            columns = layout.cache["perfetto"] = _Columns(layout)
+        if not columns.size:
+            return []
         pid = pid_bytes(process.pid)
-        if not shared:
-            rows = process.arg_rows()
-            if rows is not None:
-                heads = columns.row_heads(self, process.names, rows)
-            else:
-                heads = columns.heads(self, process.names, process.slice_args)
-            return self.frame(columns.stamps, heads, pid, columns.tails(self, process))
-        return self.member_parts(columns, process, pid)
+        self.start_sequence(process.pid)
+        rows = None if shared else process.arg_rows()
+        args = None if rows is not None else process.slice_args
+        interned = self.interned_for(interning_tables(process.names, args, rows, columns.begin_positions))
+        start = interned.packet(self.sequence)
+        if shared:
+            parts = self.member_parts(columns, interned, process, pid)
+            if parts is not None:
+                return _prepend(start, parts)
+        if rows is not None:
+            heads = columns.row_heads(self, interned, process.names, rows)
+        else:
+            heads = columns.heads(self, interned, process.names, args)
+        return _prepend(start, self.frame(columns.stamps, heads, pid, columns.tails(self, process)))
 
-    def member_parts(self, columns: _Columns, process: Process, pid: bytes) -> list[bytes]:
+    def member_parts(self, columns: _Columns, interned: _Interned, process: Process, pid: bytes) -> list[bytes] | None:
         """A process drawn with a shared layout: the layout's framing (made from its first
-        process, without flows) with this pid, and the begins that differ framed again."""
+        process, without flows) with this pid and sequence, and the begins that differ framed
+        again; None when its interning differs from that first process's."""
         if columns.parts is None:
             columns.reference = (process.names, process.slice_args)
-            columns.ref_heads = columns.heads(self, process.names, process.slice_args)
+            columns.ref_key = interned.key
+            columns.ref_heads = columns.heads(self, interned, process.names, process.slice_args)
             columns.parts = self.frame(columns.stamps, columns.ref_heads, pid, columns.slot_tails(self))
+            columns.ref_sequence = self.sequence
+        elif columns.ref_key != interned.key:
+            return None
         parts = list(columns.parts)
         parts[4::_PIECES_PER_PACKET] = [pid] * columns.size
+        if columns.ref_sequence != self.sequence:  # the same lengths, another sequence id
+            ref_heads = parts[2::_PIECES_PER_PACKET]
+            field = self.event_heads.prefix  # as long as the reference's: see `sequence_id`
+            mine = {head: field + head[len(field):] for head in dict.fromkeys(ref_heads)}
+            parts[2::_PIECES_PER_PACKET] = list(map(mine.__getitem__, ref_heads))
         names, args = process.names, process.slice_args
         own: set[int] = set()  # positions whose name or args are not the reference's
-        for mine, theirs in zip((names, args), columns.reference):
-            if mine is not theirs:
-                own.update(compress(count(), map(operator.is_not, mine, theirs)))
+        for mine_, theirs in zip((names, args), columns.reference):
+            if mine_ is not theirs:
+                own.update(compress(count(), map(operator.is_not, mine_, theirs)))
         flows = process.flows
         redo = sorted(own.union(flows))
         if redo:
-            self.reframe(parts, columns, process, pid, redo, own)
+            self.reframe(parts, columns, interned, process, pid, redo, own)
         return parts
 
-    def reframe(self, parts: list[bytes], columns: _Columns, process: Process, pid: bytes, positions: list[int],
-                own: set[int]) -> None:
+    def reframe(self, parts: list[bytes], columns: _Columns, interned: _Interned, process: Process, pid: bytes,
+                positions: list[int], own: set[int]) -> None:
         """Frame again, in `parts`, the begins at these positions: with this process's flows, and
         with its own name and args at the positions in `own`."""
         events = list(map(columns.begin_event.__getitem__, positions))
@@ -256,7 +332,7 @@ class _EventEncoder:
         if differ:
             mine = [positions[j] for j in differ]
             names, args = process.names, process.slice_args
-            new_heads = self.begin_heads(list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
+            new_heads = self.begin_heads(interned, list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
             for j, head in zip(differ, new_heads):
                 heads[j] = head
         codes = list(map(process.flows.get, positions, repeat(0)))
@@ -292,63 +368,56 @@ class _EventEncoder:
         ids = [_FLOW_ID.pack(code >> 2) if code else b"" for code in codes]
         return list(map(b"".join, zip(slot_varints, tags, ids, repeat(_FLAGS))))
 
-    def begin_heads(self, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
+    def begin_heads(self, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         """TrackEvent fields 4 (debug annotations), 9 (type) and 10 (name_iid), then the
         track_uuid tag, for each (name, args); each distinct pair is encoded once, the new
         ones together (`new_begins`)."""
-        if self.begin_bytes > BEGIN_CACHE_BYTES:
-            self.forget_begins()
+        if interned.begin_bytes > BEGIN_CACHE_BYTES:
+            interned.forget_begins()
         keys = list(zip(names, map(id, args)))
-        heads = list(map(self.begins.get, keys))
+        heads = list(map(interned.begins.get, keys))
         missing = dict.fromkeys(compress(keys, map(operator.is_, heads, repeat(None))))  # in first-use order
         if not missing:
             return heads
         at = dict(zip(keys, range(len(keys))))  # a key -> where it occurs (any occurrence: same name and dict)
         new = [at[key] for key in missing]
-        self.begins.update(zip(missing, self.new_begins([names[j] for j in new], [args[j] for j in new])))
-        return list(map(self.begins.__getitem__, keys))
+        interned.begins.update(zip(missing, self.new_begins(interned, [names[j] for j in new], [args[j] for j in new])))
+        return list(map(interned.begins.__getitem__, keys))
 
-    def row_begin_heads(self, names: list[str], rows: ArgsRows, positions: list[int]) -> list[bytes]:
+    def row_begin_heads(self, interned: _Interned, names: list[str], rows: ArgsRows, positions: list[int]) -> list[bytes]:
         """`begin_heads` of the begins at these positions (in writing order), from args shapes:
         each shape's fixed annotations encoded once, the own fields' ones per value."""
-        # in first-use order, each shape's items in order: arg names are interned as the dicts' would be
-        # the previous process's formats: ranks next to each other (one stage) share shapes
-        previous, formats = self.shape_formats, {}
+        # the previous process's formats, if it had the same interning: ranks next to each other share shapes
+        previous, formats = interned.shape_formats, {}
         for shape in dict.fromkeys(map(rows.shapes.__getitem__, positions)):
             text = previous.get(shape)
-            formats[shape] = self.shape_format(shape) if text is None else text
-        self.shape_formats = formats
-        # per position, as the shapes; a field no shape names is not encoded (that would intern its name)
-        values = [self.annotations.column(key, column) if key in self.arg_names else [b""] * len(column)
+            formats[shape] = self.shape_format(interned, shape) if text is None else text
+        interned.shape_formats = formats
+        # per position, as the shapes; a field no shape names is not encoded (it has no iid)
+        arg_names, annotations = interned.arg_names, interned.annotations
+        values = [annotations.column(key, column) if key in arg_names else [b""] * len(column)
                   for key, column in zip(OWN_FIELDS, rows.columns)]
-        annotations = list(map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values)))
-        return list(map(operator.add, map(annotations.__getitem__, positions), map(self.name_fields.__getitem__, names)))
+        texts = list(map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values)))
+        return list(map(operator.add, map(texts.__getitem__, positions), map(interned.name_fields.__getitem__, names)))
 
-    def shape_format(self, shape: ArgsShape) -> bytes:
+    def shape_format(self, interned: _Interned, shape: ArgsShape) -> bytes:
         """The shape's annotations with a `%b` per own field, a `%.0b` per other field, in OWN_FIELDS order."""
         parts = []
         next_field = 0
         for key, value, f in shape.items:
             if f < 0:
-                parts.append(self.annotations.fixed(key, value).replace(b"%", b"%%"))
+                parts.append(interned.annotations.fixed(key, value).replace(b"%", b"%%"))
             else:
-                if key not in self.arg_names:
-                    self.intern_arg_name(key)
                 parts.append(b"%.0b" * (f - next_field) + b"%b")
                 next_field = f + 1
         parts.append(b"%.0b" * (len(OWN_FIELDS) - next_field))
         return b"".join(parts)
 
-    def new_begins(self, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
-        self.pinned.extend(args)  # kept while their encodings are: no other dict gets their ids
-        heads = list(map(operator.add, self.annotations.many(args), map(self.name_fields.__getitem__, names)))
-        self.begin_bytes += sum(map(len, heads))
+    def new_begins(self, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
+        interned.pinned.extend(args)  # kept while their encodings are: no other dict gets their ids
+        heads = list(map(operator.add, interned.annotations.many(args), map(interned.name_fields.__getitem__, names)))
+        interned.begin_bytes += sum(map(len, heads))
         return heads
-
-    def forget_begins(self) -> None:
-        self.begins.clear()
-        self.pinned.clear()
-        self.begin_bytes = 0
 
     def finished(self, layout: Layout) -> None:
         """Free what was encoded for a layout no later process has (each rank of a log has its own).
@@ -356,18 +425,19 @@ class _EventEncoder:
         Its begins too: args carry the stage, so other layouts rarely share them.
         """
         layout.cache.pop("perfetto", None)
-        self.forget_begins()
+        if self.interned is not None:
+            self.interned.forget_begins()
 
 
 class _NameFields(dict):
-    """name -> TrackEvent type (begin), name_iid and the track_uuid tag; the name interned when first asked for."""
+    """name -> TrackEvent type (begin), name_iid and the track_uuid tag, made when first asked for."""
 
-    def __init__(self, encoder: _EventEncoder):
+    def __init__(self, names: dict[str, int]):
         super().__init__()
-        self.encoder = encoder
+        self.names = names
 
     def __missing__(self, name: str) -> bytes:
-        iid = self.encoder.intern_name(name)
+        iid = self.names[name]
         text = self[name] = _BEGIN_TYPE + b"\x50" + varint(iid) + _TRACK_UUID
         return text
 
@@ -380,7 +450,7 @@ class _Columns:
     parent's begin before its child's).
     """
 
-    def __init__(self, layout: Layout, encoder: _EventEncoder):
+    def __init__(self, layout: Layout):
         starts, ends, slots = layout.starts, layout.ends, layout.slots
         events: list[tuple[int, int, int, int, int]] = []  # (ts, slot, seq, kind: 1 begin 0 end, position)
         stacks: dict[int, list[int]] = {}
@@ -414,19 +484,21 @@ class _Columns:
         self.parts: list[bytes] | None = None
         self.reference: tuple[list, list] | None = None
         self.ref_heads: list[bytes] | None = None
+        self.ref_key: tuple | None = None  # its interning tables
+        self.ref_sequence = 0
 
-    def row_heads(self, encoder: _EventEncoder, names: list[str], rows: ArgsRows) -> list[bytes]:
+    def row_heads(self, encoder: _EventEncoder, interned: _Interned, names: list[str], rows: ArgsRows) -> list[bytes]:
         heads = [_END_HEAD] * self.size
         positions = self.begin_positions
-        begin_heads = encoder.row_begin_heads(list(map(names.__getitem__, positions)), rows, positions)
+        begin_heads = encoder.row_begin_heads(interned, list(map(names.__getitem__, positions)), rows, positions)
         for k, head in zip(self.begin_at, begin_heads):
             heads[k] = head
         return heads
 
-    def heads(self, encoder: _EventEncoder, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
+    def heads(self, encoder: _EventEncoder, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         heads = [_END_HEAD] * self.size
         positions = self.begin_positions
-        begin_heads = encoder.begin_heads(list(map(names.__getitem__, positions)), list(map(args.__getitem__, positions)))
+        begin_heads = encoder.begin_heads(interned, list(map(names.__getitem__, positions)), list(map(args.__getitem__, positions)))
         for k, head in zip(self.begin_at, begin_heads):
             heads[k] = head
         return heads
@@ -520,12 +592,10 @@ class _Annotations:
     A dict whose values are all str or int is looked up item by item in C (`map`): a
     (key, value) pair then names one encoding (no True == 1 or 0.0 == -0.0 between those
     two types); only its new pairs, a few per dict, are encoded in Python.
-    `intern`: called for an arg name without an iid yet (None: every name has one).
     """
 
-    def __init__(self, arg_names: dict[str, int], intern=None):
+    def __init__(self, arg_names: dict[str, int]):
         self.arg_names = arg_names
-        self.intern = intern
         self.pieces: dict[tuple[str, Any], bytes] = {}
         self.field_pieces: dict[str, dict[Any, bytes]] = {}  # see `column`
 
@@ -571,12 +641,7 @@ class _Annotations:
         return self.piece(*item)
 
     def piece(self, key: str, value: Any) -> bytes:
-        iid = self.arg_names.get(key)
-        if iid is None:
-            if self.intern is None:
-                raise KeyError(key)
-            iid = self.intern(key)
-        return _annotation(iid, value)
+        return _annotation(self.arg_names[key], value)
 
 
 def annotation_bytes(args: dict[str, Any], arg_names: dict[str, int]) -> bytes:
