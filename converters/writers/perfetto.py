@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import operator
 import struct
-from collections import Counter
+from collections import Counter, defaultdict
 from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -120,16 +120,16 @@ def sequence_id(pid: int) -> int:
 # Millions of begin/end packets through protobuf objects cost several µs each. Here each
 # distinct begin (name and args) is encoded once (`begin_head`), and the packets of a process
 # are framed column by column (`frame`: lengths and their varints through `map`, the pieces
-# joined once), in the field order protobuf itself writes. Track uuids are chosen so that
-# the track_uuid varint is the pid's 3 bytes followed by the slot's (`thread_uuid`): ranks
-# drawn with one layout (the ranks of a stage in a scheduled trace) reuse one framing of
-# the layout with only those 3 bytes replaced, and reframe only the events that differ (a
-# flow, or args of their own).
-#
-# A packet is 6 pieces:
-#   [Trace.packet tag, packet length] [timestamp field] [sequence id, track_event tag,
-#   event length] [TrackEvent fields before track_uuid, track_uuid tag] [pid's 3 bytes]
-#   [slot varint, any flow id, sequence_flags]
+# joined once), in the field order protobuf itself writes. A packet is 3 pieces:
+#   [Trace.packet tag, packet length] [timestamp field] [the rest: sequence id, track_event
+#   tag, event length, TrackEvent fields, sequence_flags]
+# An end's rest depends only on the process and the thread slot (`_EndRests`): made once per
+# slot. A begin's rest is joined from [sequence id, track_event tag, event length] [TrackEvent
+# fields before track_uuid, track_uuid tag] [pid's 3 bytes] [slot varint, any flow id,
+# sequence_flags]. Track uuids are chosen so that the track_uuid varint is the pid's 3 bytes
+# followed by the slot's (`thread_uuid`). Ranks drawn with one layout (the ranks of a stage
+# in a scheduled trace) reuse the begins' heads of the first of them and encode again only
+# the begins that differ (args of their own).
 #
 # Tags are (field number << 3) | wire type, from perfetto_trace.proto: Trace.packet = 1
 # (message); TracePacket: timestamp = 8 (varint), trusted_packet_sequence_id = 10 (varint),
@@ -149,10 +149,46 @@ _TERMINATING_FLOW_IDS = b"\x81\x03"  # varint 385 = 48 << 3 | 1
 # the tag of a begin's flow id, by direction (a chain's middle link goes on, as its start does)
 _FLOW_TAGS = tuple({FLOW_NONE: b"", FLOW_OUT: _FLOW_IDS, FLOW_IN: _TERMINATING_FLOW_IDS, FLOW_STEP: _FLOW_IDS}[d] for d in range(4))
 _FLOW_ID = struct.Struct("<Q")  # fixed64
+_FLOW_ID_AND_FLAGS = struct.Struct("<QBB")  # a flow id, then the sequence_flags field (2 bytes, see _FLAGS)
 PID_BITS = 21  # thread track uuid = pid | slot << PID_BITS
 PID_FIELD_SIZE = PID_BITS // 7  # bytes of the pid part of a thread uuid's varint
-_PIECES_PER_PACKET = 6
+_PIECES_PER_PACKET = 3
 SEQUENCE_BASE = 1 << PID_BITS  # see `sequence_id`
+
+
+class _EventHeads(dict):
+    """len(head) + len(tail) of a begin -> the sequence id, track_event tag and event length
+    before it (the event: head, pid, tail without the sequence flags)."""
+
+    def __init__(self, prefix: bytes):
+        super().__init__()
+        self.prefix = prefix
+
+    def __missing__(self, size: int) -> bytes:
+        text = self[size] = self.prefix + varint(size + PID_FIELD_SIZE - len(_FLAGS))
+        return text
+
+
+class _EndRests(dict):
+    """slot -> an end's packet after its timestamp on this sequence (`prefix`) and pid."""
+
+    def __init__(self, prefix: bytes, pid: bytes):
+        super().__init__()
+        self.prefix = prefix
+        self.pid = pid
+
+    def __missing__(self, slot: int) -> bytes:
+        event = _END_HEAD + self.pid + varint(slot)
+        text = self[slot] = self.prefix + varint(len(event)) + event + _FLAGS
+        return text
+
+
+class _FlowHeads(dict):
+    """slot << 2 | flow direction -> the slot's varint and the tag of the flow id that follows."""
+
+    def __missing__(self, key: int) -> bytes:
+        text = self[key] = varint(key >> 2) + _FLOW_TAGS[key & 3]
+        return text
 
 
 class _Prefixed(dict):
@@ -191,24 +227,36 @@ def _prepend(packet: bytes, parts: list[bytes]) -> list[bytes]:
     return parts
 
 
+class _ArgNames:
+    """The arg names' iids of a process and the encodings that hold for them."""
+
+    def __init__(self, arg_names: tuple[str, ...]):
+        self.key = arg_names
+        self.arg_names = dict(zip(arg_names, count(1)))
+        self.annotations = _Annotations(self.arg_names)
+        self.shape_formats: dict[ArgsShape, bytes] = {}  # shape -> `shape_format`, kept while these iids are
+        self.formats_by_items: dict[tuple, bytes] = {}  # tuple(shape.items) -> `shape_format`, for plain values
+
+
 class _Interned:
     """One process's interning (iids from 1: its slice names, then separately its arg names, in
     first-use order over its begins in writing order) and the encodings that hold for it.
 
     Any process with the same tables may reuse these encodings (`_EventEncoder.interned_for`):
-    the ranks of a stage, or log ranks with the same names in the same order.
+    the ranks of a stage; those of the arg names alone (`_ArgNames`) serve any process with
+    the same arg names (log ranks of other stages: other slice names, the same arg names).
     """
 
-    def __init__(self, names: tuple[str, ...], arg_names: tuple[str, ...]):
-        self.key = (names, arg_names)
+    def __init__(self, names: tuple[str, ...], args: _ArgNames):
+        self.key = (names, args.key)
         self.names = dict(zip(names, count(1)))
-        self.arg_names = dict(zip(arg_names, count(1)))
         self.name_fields = _NameFields(self.names)  # name -> the fields after the annotations
-        self.annotations = _Annotations(self.arg_names)
+        self.args = args
+        self.arg_names = args.arg_names
+        self.annotations = args.annotations
         self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> see `begin_heads`
         self.pinned: list[dict[str, Any]] = []  # the args of `begins`
         self.begin_bytes = 0
-        self.shape_formats: dict[ArgsShape, bytes] = {}  # shape -> `shape_format`, kept while the tables are
 
     def packet(self, sequence: int) -> bytes:
         """The packet that starts a process's sequence: clears its state and interns every name."""
@@ -247,13 +295,16 @@ class _EventEncoder:
         self.interned: _Interned | None = None  # the last process's
         self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
         self.sequence = 0
-        self.event_heads = _Prefixed(b"")  # event length -> what precedes the event, on `sequence`
+        self.event_heads = _EventHeads(b"")  # see `_EventHeads`, on `sequence`
         self.slot_tails = _Prefixed(b"", suffix=_FLAGS)  # slot -> its varint and the sequence flags
-        self.slot_varints = _Prefixed(b"")
+        self.flow_heads = _FlowHeads()
 
     def interned_for(self, key: tuple[tuple[str, ...], tuple[str, ...]]) -> _Interned:
-        if self.interned is None or self.interned.key != key:
-            self.interned = _Interned(*key)
+        last = self.interned
+        if last is None or last.key != key:
+            names, arg_names = key
+            args = last.args if last is not None and last.args.key == arg_names else _ArgNames(arg_names)
+            self.interned = _Interned(names, args)
         return self.interned
 
     def start_sequence(self, pid: int) -> bytes:
@@ -262,7 +313,7 @@ class _EventEncoder:
         field = _SEQUENCE + varint(sequence)
         if sequence != self.sequence:
             self.sequence = sequence
-            self.event_heads = _Prefixed(field + _TRACK_EVENT)
+            self.event_heads = _EventHeads(field + _TRACK_EVENT)
         return field
 
     # -- one process
@@ -281,92 +332,68 @@ class _EventEncoder:
         rows = None if shared else process.arg_rows()
         args = None if rows is not None else process.slice_args
         interned = self.interned_for(interning_tables(process.names, args, rows, columns.begin_positions))
-        start = interned.packet(self.sequence)
         if shared:
-            parts = self.member_parts(columns, interned, process, pid)
-            if parts is not None:
-                return _prepend(start, parts)
-        if rows is not None:
-            heads = columns.row_heads(self, interned, process.names, rows)
+            heads = self.member_heads(columns, interned, process)
+        elif rows is not None:
+            heads = self.row_begin_heads(interned, list(map(process.names.__getitem__, columns.begin_positions)), rows,
+                                         columns.begin_positions)
         else:
             heads = columns.heads(self, interned, process.names, args)
-        return _prepend(start, self.frame(columns.stamps, heads, pid, columns.tails(self, process)))
+        return _prepend(interned.packet(self.sequence), self.frame(columns, heads, pid, columns.tails(self, process)))
 
-    def member_parts(self, columns: _Columns, interned: _Interned, process: Process, pid: bytes) -> list[bytes] | None:
-        """A process drawn with a shared layout: the layout's framing (made from its first
-        process, without flows) with this pid and sequence, and the begins that differ framed
-        again; None when its interning differs from that first process's."""
-        if columns.parts is None:
-            columns.reference = (process.names, process.slice_args)
-            columns.ref_key = interned.key
-            columns.ref_heads = columns.heads(self, interned, process.names, process.slice_args)
-            columns.parts = self.frame(columns.stamps, columns.ref_heads, pid, columns.slot_tails(self))
-            columns.ref_sequence = self.sequence
-        elif columns.ref_key != interned.key:
-            return None
-        parts = list(columns.parts)
-        parts[4::_PIECES_PER_PACKET] = [pid] * columns.size
-        if columns.ref_sequence != self.sequence:  # the same lengths, another sequence id
-            ref_heads = parts[2::_PIECES_PER_PACKET]
-            field = self.event_heads.prefix  # as long as the reference's: see `sequence_id`
-            mine = {head: field + head[len(field):] for head in dict.fromkeys(ref_heads)}
-            parts[2::_PIECES_PER_PACKET] = list(map(mine.__getitem__, ref_heads))
+    def member_heads(self, columns: _Columns, interned: _Interned, process: Process) -> list[bytes]:
+        """The begins' heads of a process drawn with a shared layout: those of the layout's first
+        process (`columns.reference`), with the begins whose name or args differ encoded again;
+        all encoded again when its interning differs from that first process's."""
         names, args = process.names, process.slice_args
+        if columns.reference is None:
+            columns.reference = (names, args)
+            columns.ref_key = interned.key
+            columns.ref_heads = columns.heads(self, interned, names, args)
+            return columns.ref_heads
+        if columns.ref_key != interned.key:
+            return columns.heads(self, interned, names, args)
         own: set[int] = set()  # positions whose name or args are not the reference's
-        for mine_, theirs in zip((names, args), columns.reference):
-            if mine_ is not theirs:
-                own.update(compress(count(), map(operator.is_not, mine_, theirs)))
-        flows = process.flows
-        redo = sorted(own.union(flows))
-        if redo:
-            self.reframe(parts, columns, interned, process, pid, redo, own)
-        return parts
+        for mine, theirs in zip((names, args), columns.reference):
+            if mine is not theirs:
+                own.update(compress(count(), map(operator.is_not, mine, theirs)))
+        heads = columns.ref_heads
+        if own:
+            heads = list(heads)
+            positions = sorted(own)
+            new_heads = self.begin_heads(interned, list(map(names.__getitem__, positions)),
+                                         list(map(args.__getitem__, positions)))
+            list(map(heads.__setitem__, map(columns.begin_index.__getitem__, positions), new_heads))
+        return heads
 
-    def reframe(self, parts: list[bytes], columns: _Columns, interned: _Interned, process: Process, pid: bytes,
-                positions: list[int], own: set[int]) -> None:
-        """Frame again, in `parts`, the begins at these positions: with this process's flows, and
-        with its own name and args at the positions in `own`."""
-        events = list(map(columns.begin_event.__getitem__, positions))
-        heads = list(map(columns.ref_heads.__getitem__, events))
-        differ = [j for j, i in enumerate(positions) if i in own]
-        if differ:
-            mine = [positions[j] for j in differ]
-            names, args = process.names, process.slice_args
-            new_heads = self.begin_heads(interned, list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
-            for j, head in zip(differ, new_heads):
-                heads[j] = head
-        codes = list(map(process.flows.get, positions, repeat(0)))
-        tails = self.begin_tails(list(map(columns.slots.__getitem__, events)), codes)
-        framed = self.frame(list(map(columns.stamps.__getitem__, events)), heads, pid, tails)
-        width = _PIECES_PER_PACKET
-        starts = [k * width for k in events]
-        for piece in (0, 2, 3, 5):  # the timestamp (1) is the layout's; the pid (4) is set
-            list(map(parts.__setitem__, map(operator.add, starts, repeat(piece)), framed[piece::width]))
-
-    def frame(self, stamps: list[bytes], heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
-        """The pieces of one packet per (timestamp field, head, tail), all with this pid."""
-        # event length: head (with the track_uuid tag) + pid + tail without the 2 flag bytes
-        event_sizes = list(map(operator.add, map(len, heads), map(len, tails)))
-        event_sizes = [size + PID_FIELD_SIZE - len(_FLAGS) for size in event_sizes]
-        event_heads = list(map(self.event_heads.__getitem__, event_sizes))
-        # packet length: timestamp field + sequence id, event tag and length + event + flags
-        packet_sizes = [s + e + size + len(_FLAGS) for s, e, size in zip(map(len, stamps), map(len, event_heads), event_sizes)]
-        n = len(heads)
+    def frame(self, columns: _Columns, heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
+        """The pieces of every packet of a layout's events, with these begins' heads and tails
+        (in begin order) and this pid."""
+        # a begin's event: head (with the track_uuid tag) + pid + tail without the 2 flag bytes
+        sizes = list(map(operator.add, map(len, heads), map(len, tails)))
+        begin_rests = list(map(b"".join, zip(map(self.event_heads.__getitem__, sizes), heads, repeat(pid), tails)))
+        rests = list(map(_EndRests(self.event_heads.prefix, pid).__getitem__, columns.slots))
+        list(map(rests.__setitem__, columns.begin_at, begin_rests))
+        del begin_rests
+        stamps = columns.stamps
+        n = len(stamps)
         parts: list[bytes] = [b""] * (_PIECES_PER_PACKET * n)
-        parts[0::_PIECES_PER_PACKET] = list(map(self.packet_heads.__getitem__, packet_sizes))
+        parts[0::_PIECES_PER_PACKET] = list(map(self.packet_heads.__getitem__, map(operator.add, map(len, stamps),
+                                                                                    map(len, rests))))
         parts[1::_PIECES_PER_PACKET] = stamps
-        parts[2::_PIECES_PER_PACKET] = event_heads
-        parts[3::_PIECES_PER_PACKET] = heads
-        parts[4::_PIECES_PER_PACKET] = [pid] * n
-        parts[5::_PIECES_PER_PACKET] = tails
+        parts[2::_PIECES_PER_PACKET] = rests
         return parts
 
     def begin_tails(self, slots: list[int], codes: list[int]) -> list[bytes]:
         """The slot, the flow (`code`: see `layout_chrome.flow_of`; 0 for none) and the flags, per begin."""
-        slot_varints = map(self.slot_varints.__getitem__, slots)
-        tags = map(_FLOW_TAGS.__getitem__, map(operator.and_, codes, repeat(3)))
-        ids = [_FLOW_ID.pack(code >> 2) if code else b"" for code in codes]
-        return list(map(b"".join, zip(slot_varints, tags, ids, repeat(_FLAGS))))
+        # slot varint and flow tag, by slot << 2 | direction; then the flow id and the flags
+        heads = map(self.flow_heads.__getitem__, map(operator.or_, map(operator.lshift, slots, repeat(2)),
+                                                     map(operator.and_, codes, repeat(3))))
+        if all(codes):
+            ids = map(_FLOW_ID_AND_FLAGS.pack, map(operator.rshift, codes, repeat(2)), repeat(_FLAGS[0]), repeat(_FLAGS[1]))
+        else:
+            ids = [_FLOW_ID.pack(code >> 2) + _FLAGS if code else _FLAGS for code in codes]
+        return list(map(operator.add, heads, ids))
 
     def begin_heads(self, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         """TrackEvent fields 4 (debug annotations), 9 (type) and 10 (name_iid), then the
@@ -388,11 +415,22 @@ class _EventEncoder:
         """`begin_heads` of the begins at these positions (in writing order), from args shapes:
         each shape's fixed annotations encoded once, the own fields' ones per value."""
         # the previous process's formats, if it had the same interning: ranks next to each other share shapes
-        previous, formats = interned.shape_formats, {}
+        # else one of the same items: the ranks of a log have shapes of their own, most of them alike
+        previous, formats, alike = interned.args.shape_formats, {}, interned.args.formats_by_items
+        if len(alike) >= MAX_ANNOTATION_PIECES:
+            alike.clear()
         for shape in dict.fromkeys(map(rows.shapes.__getitem__, positions)):
             text = previous.get(shape)
-            formats[shape] = self.shape_format(interned, shape) if text is None else text
-        interned.shape_formats = formats
+            if text is None:
+                items = tuple(shape.items)
+                if _PLAIN_VALUES.issuperset([value.__class__ for _, value, f in items if f < 0]):  # see `_Annotations`
+                    text = alike.get(items)
+                    if text is None:
+                        text = alike[items] = self.shape_format(interned, shape)
+                else:
+                    text = self.shape_format(interned, shape)
+            formats[shape] = text
+        interned.args.shape_formats = formats
         # per position, as the shapes; a field no shape names is not encoded (it has no iid)
         arg_names, annotations = interned.arg_names, interned.annotations
         values = [annotations.column(key, column) if key in arg_names else [b""] * len(column)
@@ -452,68 +490,68 @@ class _Columns:
 
     def __init__(self, layout: Layout):
         starts, ends, slots = layout.starts, layout.ends, layout.slots
-        events: list[tuple[int, int, int, int, int]] = []  # (ts, slot, seq, kind: 1 begin 0 end, position)
-        stacks: dict[int, list[int]] = {}
-        for i in range(len(starts)) if layout.order is None else layout.order:
-            slot = slots[i]
-            stack = stacks.get(slot)
-            if stack is None:
-                stack = stacks[slot] = []
-            start = starts[i]
-            while stack and ends[stack[-1]] <= start:
-                top = stack.pop()
-                events.append((ends[top], slot, len(events), 0, top))
-            events.append((start, slot, len(events), 1, i))
-            stack.append(i)
-        for slot, stack in stacks.items():
-            while stack:
-                top = stack.pop()
-                events.append((ends[top], slot, len(events), 0, top))
-        events.sort()
-        self.size = len(events)
-        times, slots, _, kinds, positions = map(list, zip(*events)) if events else ([], [], [], [], [])
+        n = len(starts)
+        codes = generation_order(layout)  # per seq: n + position for a begin, position for an end
+        times = list(map((ends + starts).__getitem__, codes))
+        event_slots = list(map((slots + slots).__getitem__, codes))
+        # sorted by (ts, slot) as one int per event, ts << slot bits | slot (also for ts < 0), then
+        # by seq: the sort is stable
+        slot_bits = max(event_slots, default=0).bit_length()
+        keys = list(map(operator.or_, map(operator.lshift, times, repeat(slot_bits)), event_slots))
+        seqs = sorted(range(len(codes)), key=keys.__getitem__)
+        del keys
+        codes = list(map(codes.__getitem__, seqs))
+        times = list(map(times.__getitem__, seqs))
+        self.size = len(codes)
         # the timestamp field per event; remembered per layout only (a log's ranks each have their own times)
         self.stamps = timestamp_fields(times)
-        self.slots = slots
+        self.slots = list(map(event_slots.__getitem__, seqs))
+        kinds = list(map(operator.ge, codes, repeat(n)))  # True for a begin
         self.begin_at = list(compress(count(), kinds))  # event index of each begin
-        self.begin_positions = [positions[k] for k in self.begin_at]
-        self.begin_event = [0] * len(starts)  # position -> event index of its begin
-        for k, i in zip(self.begin_at, self.begin_positions):
-            self.begin_event[i] = k
-        # a shared layout's framing, made from its first process (see `_EventEncoder.member_parts`)
-        self.parts: list[bytes] | None = None
+        self.begin_positions = list(map(operator.sub, compress(codes, kinds), repeat(n)))
+        self.begin_slots = list(map(self.slots.__getitem__, self.begin_at))
+        self.begin_index = [0] * n  # position -> its begin's index in begin order
+        list(map(self.begin_index.__setitem__, self.begin_positions, range(n)))
+        # a shared layout's begin heads, made from its first process (see `_EventEncoder.member_heads`)
         self.reference: tuple[list, list] | None = None
         self.ref_heads: list[bytes] | None = None
         self.ref_key: tuple | None = None  # its interning tables
-        self.ref_sequence = 0
-
-    def row_heads(self, encoder: _EventEncoder, interned: _Interned, names: list[str], rows: ArgsRows) -> list[bytes]:
-        heads = [_END_HEAD] * self.size
-        positions = self.begin_positions
-        begin_heads = encoder.row_begin_heads(interned, list(map(names.__getitem__, positions)), rows, positions)
-        for k, head in zip(self.begin_at, begin_heads):
-            heads[k] = head
-        return heads
 
     def heads(self, encoder: _EventEncoder, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
-        heads = [_END_HEAD] * self.size
+        """The begins' heads, in begin order."""
         positions = self.begin_positions
-        begin_heads = encoder.begin_heads(interned, list(map(names.__getitem__, positions)), list(map(args.__getitem__, positions)))
-        for k, head in zip(self.begin_at, begin_heads):
-            heads[k] = head
-        return heads
-
-    def slot_tails(self, encoder: _EventEncoder) -> list[bytes]:
-        return list(map(encoder.slot_tails.__getitem__, self.slots))
+        return encoder.begin_heads(interned, list(map(names.__getitem__, positions)), list(map(args.__getitem__, positions)))
 
     def tails(self, encoder: _EventEncoder, process: Process) -> list[bytes]:
-        tails = self.slot_tails(encoder)
+        """The begins' tails, in begin order."""
+        tails = list(map(encoder.slot_tails.__getitem__, self.begin_slots))
         flows = process.flows
-        events = list(map(self.begin_event.__getitem__, flows))
-        flow_tails = encoder.begin_tails(list(map(self.slots.__getitem__, events)), list(flows.values()))
-        for k, tail in zip(events, flow_tails):
-            tails[k] = tail
+        if flows:
+            begins = list(map(self.begin_index.__getitem__, flows))
+            flow_tails = encoder.begin_tails(list(map(self.begin_slots.__getitem__, begins)), list(flows.values()))
+            list(map(tails.__setitem__, begins, flow_tails))
         return tails
+
+
+def generation_order(layout: Layout) -> list[int]:
+    """Begins (n + position) and ends (position) in the order a thread nests them: a slice's
+    begin, then, before the next begin on its slot, the ends of the slices that end by then
+    (innermost first), so an end at t comes before a begin at t, a parent's begin before its
+    child's, and a slice of no duration ends before the next one begins."""
+    starts, ends, slots = layout.starts, layout.ends, layout.slots
+    n = len(starts)
+    codes: list[int] = []
+    stacks: dict[int, list[int]] = defaultdict(list)  # slot -> its open slices, innermost last
+    for i in range(n) if layout.order is None else layout.order:
+        stack = stacks[slots[i]]
+        start = starts[i]
+        while stack and ends[stack[-1]] <= start:
+            codes.append(stack.pop())
+        codes.append(n + i)
+        stack.append(i)
+    for stack in stacks.values():
+        codes.extend(reversed(stack))
+    return codes
 
 
 def timestamp_fields(times: list[int]) -> list[bytes]:
