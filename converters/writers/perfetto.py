@@ -153,6 +153,7 @@ _FLOW_ID_AND_FLAGS = struct.Struct("<QBB")  # a flow id, then the sequence_flags
 PID_BITS = 21  # thread track uuid = pid | slot << PID_BITS
 PID_FIELD_SIZE = PID_BITS // 7  # bytes of the pid part of a thread uuid's varint
 _PIECES_PER_PACKET = 3
+_MEMBER_PIECES = 6  # see `_EventEncoder.member_parts`
 SEQUENCE_BASE = 1 << PID_BITS  # see `sequence_id`
 
 
@@ -257,16 +258,24 @@ class _Interned:
         self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> see `begin_heads`
         self.pinned: list[dict[str, Any]] = []  # the args of `begins`
         self.begin_bytes = 0
+        self.interned_data: bytes | None = None  # see `packet`
 
     def packet(self, sequence: int) -> bytes:
-        """The packet that starts a process's sequence: clears its state and interns every name."""
-        packet = pb.TracePacket(trusted_packet_sequence_id=sequence, sequence_flags=_CLEARED)
-        interned = packet.interned_data
-        for name, iid in self.names.items():
-            interned.event_names.add(iid=iid, name=name)
-        for name, iid in self.arg_names.items():
-            interned.debug_annotation_names.add(iid=iid, name=name)
-        return pb.Trace(packet=[packet]).SerializeToString()
+        """The packet that starts a process's sequence: clears its state and interns every name.
+
+        Framed by hand around the interned data encoded once: TracePacket's
+        trusted_packet_sequence_id (10), interned_data (12), sequence_flags (13), in that order.
+        """
+        if self.interned_data is None:
+            interned = pb.InternedData()
+            for name, iid in self.names.items():
+                interned.event_names.add(iid=iid, name=name)
+            for name, iid in self.arg_names.items():
+                interned.debug_annotation_names.add(iid=iid, name=name)
+            data = interned.SerializeToString()
+            self.interned_data = b"\x62" + varint(len(data)) + data + b"\x68" + bytes([_CLEARED])
+        body = _SEQUENCE + varint(sequence) + self.interned_data
+        return _PACKET + varint(len(body)) + body
 
     def forget_begins(self) -> None:
         self.begins.clear()
@@ -331,9 +340,18 @@ class _EventEncoder:
         self.start_sequence(process.pid)
         rows = None if shared else process.arg_rows()
         args = None if rows is not None else process.slice_args
-        interned = self.interned_for(interning_tables(process.names, args, rows, columns.begin_positions))
+        own = None  # a shared layout's positions whose name or args are not its reference's
+        if shared and columns.reference is not None:
+            own = columns.own_positions(process)
+        if own is not None and columns.same_tables(process, own):
+            interned = self.interned_for(columns.ref_key)
+        else:
+            interned = self.interned_for(interning_tables(process.names, args, rows, columns.begin_positions))
         if shared:
-            heads = self.member_heads(columns, interned, process)
+            parts = self.member_parts(columns, interned, process, pid, own)
+            if parts is not None:
+                return _prepend(interned.packet(self.sequence), parts)
+            heads = columns.heads(self, interned, process.names, args)
         elif rows is not None:
             heads = self.row_begin_heads(interned, list(map(process.names.__getitem__, columns.begin_positions)), rows,
                                          columns.begin_positions)
@@ -341,30 +359,84 @@ class _EventEncoder:
             heads = columns.heads(self, interned, process.names, args)
         return _prepend(interned.packet(self.sequence), self.frame(columns, heads, pid, columns.tails(self, process)))
 
-    def member_heads(self, columns: _Columns, interned: _Interned, process: Process) -> list[bytes]:
-        """The begins' heads of a process drawn with a shared layout: those of the layout's first
-        process (`columns.reference`), with the begins whose name or args differ encoded again;
-        all encoded again when its interning differs from that first process's."""
-        names, args = process.names, process.slice_args
-        if columns.reference is None:
-            columns.reference = (names, args)
+    # -- processes drawn with a shared layout (the ranks of a stage in a scheduled trace)
+    #
+    # Their packets are 6 pieces, the same bytes as `frame`'s cut so that a process reuses the
+    # pieces of the layout's first process (its `reference`) and replaces only its pid and
+    # sequence id, and the begins that differ (a flow, or a name or args of their own):
+    #   [Trace.packet tag, packet length] [timestamp field] [sequence id, track_event tag,
+    #   event length] [TrackEvent fields before track_uuid, track_uuid tag] [pid's 3 bytes]
+    #   [slot varint, any flow id, sequence_flags]
+
+    def member_parts(self, columns: _Columns, interned: _Interned, process: Process, pid: bytes,
+                     own: tuple[list[int], list[int]] | None) -> list[bytes] | None:
+        """A process drawn with a shared layout, in 6 pieces a packet; None when its interning
+        differs from the reference's (then its heads are encoded again). `own`: see
+        `_Columns.own_positions` (None for the first process)."""
+        if columns.parts is None:
+            columns.reference = (process.names, process.slice_args)
             columns.ref_key = interned.key
-            columns.ref_heads = columns.heads(self, interned, names, args)
-            return columns.ref_heads
-        if columns.ref_key != interned.key:
-            return columns.heads(self, interned, names, args)
-        own: set[int] = set()  # positions whose name or args are not the reference's
-        for mine, theirs in zip((names, args), columns.reference):
-            if mine is not theirs:
-                own.update(compress(count(), map(operator.is_not, mine, theirs)))
-        heads = columns.ref_heads
-        if own:
-            heads = list(heads)
-            positions = sorted(own)
-            new_heads = self.begin_heads(interned, list(map(names.__getitem__, positions)),
-                                         list(map(args.__getitem__, positions)))
-            list(map(heads.__setitem__, map(columns.begin_index.__getitem__, positions), new_heads))
-        return heads
+            columns.ref_heads = columns.heads(self, interned, process.names, process.slice_args)
+            heads = [_END_HEAD] * columns.size
+            list(map(heads.__setitem__, columns.begin_at, columns.ref_heads))
+            tails = list(map(self.slot_tails.__getitem__, columns.slots))
+            columns.parts = self.frame_pieces(columns.stamps, heads, pid, tails)
+            columns.ref_sequence = self.sequence
+        elif columns.ref_key != interned.key:
+            return None
+        parts = list(columns.parts)
+        parts[4::_MEMBER_PIECES] = [pid] * columns.size
+        if columns.ref_sequence != self.sequence:  # the same lengths (see `sequence_id`), another sequence id
+            ref_heads = parts[2::_MEMBER_PIECES]
+            field = self.event_heads.prefix
+            mine = {head: field + head[len(field):] for head in dict.fromkeys(ref_heads)}
+            parts[2::_MEMBER_PIECES] = list(map(mine.__getitem__, ref_heads))
+        if own is None:
+            own = columns.own_positions(process)
+        differ = set(own[0]).union(own[1])
+        redo = sorted(differ.union(process.flows))
+        if redo:
+            self.reframe(parts, columns, interned, process, pid, redo, differ)
+        return parts
+
+    def reframe(self, parts: list[bytes], columns: _Columns, interned: _Interned, process: Process, pid: bytes,
+                positions: list[int], own: set[int]) -> None:
+        """Frame again, in `parts`, the begins at these positions: with this process's flows, and
+        with its own name and args at the positions in `own`."""
+        begins = list(map(columns.begin_index.__getitem__, positions))
+        heads = list(map(columns.ref_heads.__getitem__, begins))
+        differ = [j for j, i in enumerate(positions) if i in own]
+        if differ:
+            mine = [positions[j] for j in differ]
+            names, args = process.names, process.slice_args
+            new_heads = self.begin_heads(interned, list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
+            for j, head in zip(differ, new_heads):
+                heads[j] = head
+        codes = list(map(process.flows.get, positions, repeat(0)))
+        tails = self.begin_tails(list(map(columns.begin_slots.__getitem__, begins)), codes)
+        events = list(map(columns.begin_at.__getitem__, begins))
+        framed = self.frame_pieces(list(map(columns.stamps.__getitem__, events)), heads, pid, tails)
+        width = _MEMBER_PIECES
+        starts = [k * width for k in events]
+        for piece in (0, 2, 3, 5):  # the timestamp (1) is the layout's; the pid (4) is set
+            list(map(parts.__setitem__, map(operator.add, starts, repeat(piece)), framed[piece::width]))
+
+    def frame_pieces(self, stamps: list[bytes], heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
+        """The 6 pieces of one packet per (timestamp field, head, tail), all with this pid."""
+        sizes = list(map(operator.add, map(len, heads), map(len, tails)))
+        event_heads = list(map(self.event_heads.__getitem__, sizes))
+        # packet length: timestamp field + sequence id, event tag and length + head + pid + tail
+        packet_sizes = map(operator.add, map(operator.add, map(len, stamps), map(len, event_heads)), sizes)
+        n = len(heads)
+        parts: list[bytes] = [b""] * (_MEMBER_PIECES * n)
+        parts[0::_MEMBER_PIECES] = list(map(self.packet_heads.__getitem__, map(operator.add, packet_sizes,
+                                                                                repeat(PID_FIELD_SIZE))))
+        parts[1::_MEMBER_PIECES] = stamps
+        parts[2::_MEMBER_PIECES] = event_heads
+        parts[3::_MEMBER_PIECES] = heads
+        parts[4::_MEMBER_PIECES] = [pid] * n
+        parts[5::_MEMBER_PIECES] = tails
+        return parts
 
     def frame(self, columns: _Columns, heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
         """The pieces of every packet of a layout's events, with these begins' heads and tails
@@ -512,10 +584,29 @@ class _Columns:
         self.begin_slots = list(map(self.slots.__getitem__, self.begin_at))
         self.begin_index = [0] * n  # position -> its begin's index in begin order
         list(map(self.begin_index.__setitem__, self.begin_positions, range(n)))
-        # a shared layout's begin heads, made from its first process (see `_EventEncoder.member_heads`)
+        # a shared layout's framing, made from its first process (see `_EventEncoder.member_parts`)
+        self.parts: list[bytes] | None = None
+        self.ref_sequence = 0
         self.reference: tuple[list, list] | None = None
         self.ref_heads: list[bytes] | None = None
         self.ref_key: tuple | None = None  # its interning tables
+
+    def own_positions(self, process: Process) -> tuple[list[int], list[int]]:
+        """The positions whose name, and those whose args, are not the reference process's (other objects)."""
+        return tuple([] if mine is theirs else list(compress(count(), map(operator.is_not, mine, theirs)))
+                     for mine, theirs in zip((process.names, process.slice_args), self.reference))
+
+    def same_tables(self, process: Process, own: tuple[list[int], list[int]]) -> bool:
+        """Whether the process's interning tables are the reference's: so when its names at
+        its own positions are the same and its args there have the same keys in the same order
+        (the tables follow the names and keys in begin order)."""
+        (ref_names, ref_args), names, args = self.reference, process.names, process.slice_args
+        own_names, own_args = own
+        if not all(map(operator.eq, map(names.__getitem__, own_names), map(ref_names.__getitem__, own_names))):
+            return False
+        mine, theirs = list(map(args.__getitem__, own_args)), list(map(ref_args.__getitem__, own_args))
+        pairs = dict(zip(zip(map(id, mine), map(id, theirs)), zip(mine, theirs)))  # each pair of dicts once
+        return all(list(a) == list(b) for a, b in pairs.values())
 
     def heads(self, encoder: _EventEncoder, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         """The begins' heads, in begin order."""
