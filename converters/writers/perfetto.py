@@ -98,15 +98,17 @@ def write_packets(plan: Plan, out: BinaryIO) -> None:
             encoder.finished(layout)
 
 
-def encode_process(process: Process, encoder: _EventEncoder, shared: bool = False) -> list[bytes]:
+def encode_process(process: Process, encoder: _EventEncoder | None = None, shared: bool = False) -> list[bytes]:
     """One process's packets, in pieces to be joined (`layout_chrome.write_parts`): the packet
     interning its names and arg names on its own sequence, then its begins and ends.
 
-    The bytes depend on the process alone: `encoder` keeps only encodings that hold for any
+    The bytes depend on the process alone: `encoder` (a worker's own `_EventEncoder()`, kept
+    from one process to the next; None: a new one) keeps only encodings that hold for any
     process with the same content (its caches may make them faster, not different), and
-    `shared` (its layout serves other processes too) only chooses how they are made.
+    `shared` (its layout serves other processes too) only chooses how they are made. The
+    layout's encoding stays in `process.layout.cache` until `encoder.finished(layout)`.
     """
-    return encoder.process_parts(process, shared)
+    return (encoder or _EventEncoder()).process_parts(process, shared)
 
 
 def sequence_id(pid: int) -> int:
