@@ -299,11 +299,15 @@ def interning_tables(names: list[str], args: list[dict[str, Any]] | None, rows: 
     return slice_names, tuple(dict.fromkeys(keys))
 
 
+MAX_ARG_STATES = 8
+
+
 class _EventEncoder:
     """Frames the events of one process after another; keeps encodings that depend on content only."""
 
     def __init__(self) -> None:
         self.interned: _Interned | None = None  # the last process's
+        self.arg_states: dict[tuple[str, ...], _ArgNames] = {}  # by arg names: stages alternate between a few
         self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
         self.sequence = 0
         self.event_heads = _EventHeads(b"")  # see `_EventHeads`, on `sequence`
@@ -314,7 +318,11 @@ class _EventEncoder:
         last = self.interned
         if last is None or last.key != key:
             names, arg_names = key
-            args = last.args if last is not None and last.args.key == arg_names else _ArgNames(arg_names)
+            args = self.arg_states.get(arg_names)
+            if args is None:
+                if len(self.arg_states) >= MAX_ARG_STATES:
+                    self.arg_states.clear()
+                args = self.arg_states[arg_names] = _ArgNames(arg_names)
             self.interned = _Interned(names, args)
         return self.interned
 
