@@ -94,14 +94,15 @@ def pftrace_waits(trace, tmp_path) -> list[tuple[str, int, int, str]]:
     names = {}
     for packet in parsed.packet:
         if packet.HasField("interned_data"):
-            names.update({e.iid: e.name for e in packet.interned_data.event_names})
+            # iids are per sequence: each process interns its own names
+            names.update({(packet.trusted_packet_sequence_id, e.iid): e.name for e in packet.interned_data.event_names})
     stacks, found = defaultdict(list), []
     for packet in parsed.packet:
         if not packet.HasField("track_event"):
             continue
         event, stack = packet.track_event, stacks[packet.track_event.track_uuid]
         if event.type == BEGIN:
-            stack.append((names[event.name_iid], packet.timestamp, stack[-1][0] if stack else None))
+            stack.append((names[packet.trusted_packet_sequence_id, event.name_iid], packet.timestamp, stack[-1][0] if stack else None))
         else:
             name, start, parent = stack.pop()
             if name.startswith(WAITING):

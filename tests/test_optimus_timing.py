@@ -106,7 +106,8 @@ def test_perfetto_draws_the_same_bar(trace, tmp_path):
     parsed.ParseFromString(out.read_bytes())
     names, tracks, begins = {}, {}, []
     for packet in parsed.packet:
-        names.update({e.iid: e.name for e in packet.interned_data.event_names})
+        # iids are per sequence: each process interns its own names
+        names.update({(packet.trusted_packet_sequence_id, e.iid): e.name for e in packet.interned_data.event_names})
         if packet.HasField("track_descriptor"):
             tracks[packet.track_descriptor.uuid] = packet.track_descriptor
         if packet.HasField("track_event") and packet.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
@@ -114,7 +115,7 @@ def test_perfetto_draws_the_same_bar(trace, tmp_path):
     process = [t.process.process_name for t in tracks.values() if t.HasField("process") and t.process.pid == 9]
     assert process == ["measured vs modelled"]
     on_summary = sorted(
-        (tracks[p.track_event.track_uuid].thread.thread_name, names[p.track_event.name_iid])
+        (tracks[p.track_event.track_uuid].thread.thread_name, names[p.trusted_packet_sequence_id, p.track_event.name_iid])
         for p in begins if tracks[p.track_event.track_uuid].thread.pid == 9
     )
     assert on_summary == [

@@ -25,12 +25,13 @@ def both(tmp_path, trace_factory=small_trace, **options):
 
 
 def decoded(trace: pb.Trace):
-    """(names by iid, arg names by iid, track descriptors by uuid, track events with their packets)."""
+    """(names and arg names by (sequence, iid), track descriptors by uuid, track events with their packets)."""
     names, arg_names, tracks, events = {}, {}, {}, []
     for packet in trace.packet:
+        seq = packet.trusted_packet_sequence_id
         if packet.HasField("interned_data"):
-            names.update({e.iid: e.name for e in packet.interned_data.event_names})
-            arg_names.update({e.iid: e.name for e in packet.interned_data.debug_annotation_names})
+            names.update({(seq, e.iid): e.name for e in packet.interned_data.event_names})
+            arg_names.update({(seq, e.iid): e.name for e in packet.interned_data.debug_annotation_names})
         if packet.HasField("track_descriptor"):
             tracks[packet.track_descriptor.uuid] = packet.track_descriptor
         if packet.HasField("track_event"):
@@ -50,7 +51,8 @@ def test_same_slices_names_and_flows_as_json(tmp_path):
     begins = [p.track_event for p in events if p.track_event.type == BEGIN]
     ends = [p.track_event for p in events if p.track_event.type == END]
     assert len(begins) == len(ends) == len(x) == 28
-    assert Counter(names[b.name_iid] for b in begins) == Counter(e["name"] for e in x)
+    assert Counter(names[p.trusted_packet_sequence_id, p.track_event.name_iid] for p in events
+                   if p.track_event.type == BEGIN) == Counter(e["name"] for e in x)
     json_starts = sum(1 for e in x if e.get("flow_out"))
     json_ends = sum(1 for e in x if e.get("flow_in") and not e.get("flow_out"))
     assert sum(len(b.flow_ids) for b in begins) == sum(1 for e in x if e.get("flow_out")) == json_starts
@@ -107,47 +109,68 @@ def test_slices_nest_per_track_and_times_are_sorted(tmp_path):
 def test_args_are_debug_annotations(tmp_path):
     trace, _ = both(tmp_path)
     names, arg_names, _, events = decoded(trace)
-    ar = next(p.track_event for p in events if p.track_event.type == BEGIN and names[p.track_event.name_iid] == "all_reduce tp 64 MiB")
+    def begin_named(name):
+        return next(p for p in events if p.track_event.type == BEGIN
+                    and names[p.trusted_packet_sequence_id, p.track_event.name_iid] == name)
+    ar = begin_named("all_reduce tp 64 MiB")
     args = {}
-    for a in ar.debug_annotations:
+    for a in ar.track_event.debug_annotations:
         kind = a.WhichOneof("value")
-        args[arg_names[a.name_iid]] = getattr(a, kind)
+        args[arg_names[ar.trusted_packet_sequence_id, a.name_iid]] = getattr(a, kind)
     assert args["bytes"] == 64 << 20
     assert args["group"] == "tp#1"
     assert args["members"] == "0-1"
     assert args["source"] == "made.log:4"
-    fwd = next(p.track_event for p in events if p.track_event.type == BEGIN and names[p.track_event.name_iid] == "forward mb0")
-    kinds = {arg_names[a.name_iid]: a.WhichOneof("value") for a in fwd.debug_annotations}
+    fwd = begin_named("forward mb0")
+    kinds = {arg_names[fwd.trusted_packet_sequence_id, a.name_iid]: a.WhichOneof("value")
+             for a in fwd.track_event.debug_annotations}
     assert kinds["flops"] == "double_value" and kinds["shape"] == "string_value" and kinds["microbatch"] == "int_value"
 
 
 def test_interned_state_and_sequence(tmp_path):
+    """The descriptors on sequence 1; each process on a sequence of its own, started by a packet
+    that clears its state and interns every name it uses, from iid 1."""
     trace, _ = both(tmp_path)
     first = trace.packet[0]
     assert first.sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-    assert {p.trusted_packet_sequence_id for p in trace.packet} == {1}
-    for p in trace.packet:
-        if p.HasField("track_event"):
-            assert p.sequence_flags == pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+    assert {p.trusted_packet_sequence_id for p in trace.packet if not p.HasField("track_event")
+            and not p.HasField("interned_data")} == {perfetto.SEQUENCE_ID}
+    _, _, tracks, events = decoded(trace)
+    for p in events:
+        assert p.sequence_flags == pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+        assert p.trusted_packet_sequence_id == perfetto.sequence_id(tracks[p.track_event.track_uuid].thread.pid)
     assert_interned_before_use(trace)
     interned = [p for p in trace.packet if p.HasField("interned_data")]
-    # rank 0 brings 6 names and 12 arg names, rank 1 one name; ranks 2 and 3 use only names seen before
-    assert [(len(p.interned_data.event_names), len(p.interned_data.debug_annotation_names)) for p in interned] == [
-        (6, 12), (1, 0)]
-    assert sum(len(p.interned_data.event_names) for p in interned) == len(decoded(trace)[0])
+    assert [p.sequence_flags for p in interned] == [pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED] * 4
+    assert [p.trusted_packet_sequence_id for p in interned] == [perfetto.sequence_id(pid) for pid in (1, 2, 3, 4)]
+    # each rank interns exactly the names it uses
+    names, arg_names = defaultdict(set), defaultdict(set)
+    for p in events:
+        if p.track_event.type == BEGIN:
+            names[p.trusted_packet_sequence_id].add(p.track_event.name_iid)
+            arg_names[p.trusted_packet_sequence_id].update(a.name_iid for a in p.track_event.debug_annotations)
+    for p in interned:
+        assert {e.iid for e in p.interned_data.event_names} == names[p.trusted_packet_sequence_id]
+        assert {e.iid for e in p.interned_data.debug_annotation_names} == arg_names[p.trusted_packet_sequence_id]
+    assert [len(p.interned_data.event_names) for p in interned] == [6, 6, 6, 6]
 
 
 def assert_interned_before_use(trace: pb.Trace) -> None:
-    """Every name and arg name is interned once, with the next iid, in a packet before its first use."""
-    names, arg_names = {}, {}
+    """On each sequence, every name and arg name is interned once, with the next iid (from 1
+    after the state is cleared), in a packet before its first use."""
+    names, arg_names = defaultdict(dict), defaultdict(dict)
     for p in trace.packet:
-        for table, entries in ((names, p.interned_data.event_names), (arg_names, p.interned_data.debug_annotation_names)):
+        seq = p.trusted_packet_sequence_id
+        if p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
+            names[seq], arg_names[seq] = {}, {}
+        for table, entries in ((names[seq], p.interned_data.event_names),
+                               (arg_names[seq], p.interned_data.debug_annotation_names)):
             for e in entries:
                 assert e.iid == len(table) + 1 and e.name not in table.values()
                 table[e.iid] = e.name
         if p.HasField("track_event") and p.track_event.type == BEGIN:
-            assert p.track_event.name_iid in names
-            assert all(a.name_iid in arg_names for a in p.track_event.debug_annotations)
+            assert p.track_event.name_iid in names[seq]
+            assert all(a.name_iid in arg_names[seq] for a in p.track_event.debug_annotations)
 
 
 def test_deterministic_bytes(tmp_path):

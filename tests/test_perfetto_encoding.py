@@ -65,10 +65,11 @@ def test_shared_layouts_keep_each_ranks_track_args_and_flows():
     for packet in events:
         event = packet.track_event
         if event.type == BEGIN:
-            args = {arg_names[a.name_iid]: a for a in event.debug_annotations}
+            seq = packet.trusted_packet_sequence_id
+            args = {arg_names[seq, a.name_iid]: a for a in event.debug_annotations}
             group = args["group"].string_value if "group" in args else None
             flows = tuple(event.flow_ids) + tuple(event.terminating_flow_ids)
-            begins[thread_of[event.track_uuid]].append((packet.timestamp, names[event.name_iid], group, flows))
+            begins[thread_of[event.track_uuid]].append((packet.timestamp, names[seq, event.name_iid], group, flows))
     expected = defaultdict(list)
     for process in plan.processes:
         for sl in process.slices():

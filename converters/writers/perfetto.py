@@ -9,17 +9,23 @@ A rank with a node list of its own (each rank of a log) encodes its annotations 
 `ArgsRows` (`row_begin_heads`): each args shape's fixed pieces once, its nodes' own fields
 per value, no dict per slice.
 
-Packet stream (one trusted sequence):
-1. a packet that clears incremental state;
-2. a track descriptor per process (pid, name, sort index; uuid 2^40 + pid) and per thread
-   (pid, tid, name, sort index; uuid pid | slot << 21, see `thread_uuid`);
-3. per process, in plan order: a packet interning the slice names and arg names this
-   process uses first (iids count from 1 across the trace, in first-use order), then its
-   TYPE_SLICE_BEGIN / TYPE_SLICE_END events in time order, begins and ends of one thread in
-   proper nesting order (an end at t comes before a begin at t). Args are debug annotations;
-   flows are `flow_ids` on the begin event (a chain's start and middle links) and
-   `terminating_flow_ids` (its end), so Perfetto draws the same arrows as from the JSON.
+Packet stream:
+1. on sequence SEQUENCE_ID (1), a packet that clears incremental state, then a track
+   descriptor per process (pid, name, sort index; uuid 2^40 + pid) and per thread (pid, tid,
+   name, sort index; uuid pid | slot << 21, see `thread_uuid`);
+2. per process, in plan order, on a trusted sequence of its own (`sequence_id`: 2^21 + pid):
+   a packet with SEQ_INCREMENTAL_STATE_CLEARED interning every slice name and arg name the
+   process uses (iids from 1, in first-use order over its begins), then its TYPE_SLICE_BEGIN /
+   TYPE_SLICE_END events (SEQ_NEEDS_INCREMENTAL_STATE) in time order, begins and ends of one
+   thread in proper nesting order (an end at t comes before a begin at t). Args are debug
+   annotations; flows are `flow_ids` on the begin event (a chain's start and middle links)
+   and `terminating_flow_ids` (its end), so Perfetto draws the same arrows as from the JSON.
 
+Interned data and incremental state are per sequence in Perfetto (trace processor keeps them
+per trusted_packet_sequence_id, starts a new state at SEQ_INCREMENTAL_STATE_CLEARED, reads a
+packet's interned_data after that flag, and drops a SEQ_NEEDS_INCREMENTAL_STATE packet seen
+before any clear on its sequence). So a process's bytes depend on that process alone
+(`encode_process`): processes can be encoded apart (another worker) and concatenated.
 Events are in time order per process, not across processes: Perfetto's trace processor
 sorts every packet by timestamp before parsing, keeping file order among equal timestamps
 (its sorter compares (timestamp, position in the file)), so only the order of one track's
@@ -33,7 +39,7 @@ from __future__ import annotations
 import functools
 import operator
 import struct
-from collections import Counter
+from collections import Counter, defaultdict
 from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -52,10 +58,11 @@ from .layout_chrome import (
     plan_trace, report_iteration, write_parts,
 )
 
-SEQUENCE_ID = 1
+SEQUENCE_ID = 1  # the first packet and the track descriptors
 _BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 _END = pb.TrackEvent.TYPE_SLICE_END
 _NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+_CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 
 
 def write(trace, output, options=None, diagnostics: Diagnostics | None = None, timeline: Timeline | None = None) -> None:
@@ -82,14 +89,32 @@ def write_packets(plan: Plan, out: BinaryIO) -> None:
     left = Counter(id(process.layout) for process in plan.processes)  # processes still to write per layout
     for process in plan.processes:
         layout = process.layout
-        events = encoder.process_parts(process, shared=left[id(layout)] > 1 or "perfetto" in layout.cache)
-        out.write(encoder.interning_packet())  # the names this process is first to use, before its events
-        write_parts(out, events)
-        del events
+        parts = encode_process(process, encoder, shared=left[id(layout)] > 1 or "perfetto" in layout.cache)
+        write_parts(out, parts)
+        del parts
         process.release()  # one process's args at a time (a log has a dict per node)
         left[id(layout)] -= 1
         if not left[id(layout)]:
             encoder.finished(layout)
+
+
+def encode_process(process: Process, encoder: _EventEncoder | None = None, shared: bool = False) -> list[bytes]:
+    """One process's packets, in pieces to be joined (`layout_chrome.write_parts`): the packet
+    interning its names and arg names on its own sequence, then its begins and ends.
+
+    The bytes depend on the process alone: `encoder` (a worker's own `_EventEncoder()`, kept
+    from one process to the next; None: a new one) keeps only encodings that hold for any
+    process with the same content (its caches may make them faster, not different), and
+    `shared` (its layout serves other processes too) only chooses how they are made. The
+    layout's encoding stays in `process.layout.cache` until `encoder.finished(layout)`.
+    """
+    return (encoder or _EventEncoder()).process_parts(process, shared)
+
+
+def sequence_id(pid: int) -> int:
+    """A process's trusted_packet_sequence_id: above SEQUENCE_ID, and a 4-byte varint for every
+    pid (`pid_bytes` refuses pids from 2^21), so framing lengths do not depend on the pid."""
+    return SEQUENCE_BASE + pid
 
 
 # ---------------------------------------------------------------- slice events, encoded by hand
@@ -97,16 +122,16 @@ def write_packets(plan: Plan, out: BinaryIO) -> None:
 # Millions of begin/end packets through protobuf objects cost several µs each. Here each
 # distinct begin (name and args) is encoded once (`begin_head`), and the packets of a process
 # are framed column by column (`frame`: lengths and their varints through `map`, the pieces
-# joined once), in the field order protobuf itself writes. Track uuids are chosen so that
-# the track_uuid varint is the pid's 3 bytes followed by the slot's (`thread_uuid`): ranks
-# drawn with one layout (the ranks of a stage in a scheduled trace) reuse one framing of
-# the layout with only those 3 bytes replaced, and reframe only the events that differ (a
-# flow, or args of their own).
-#
-# A packet is 6 pieces:
-#   [Trace.packet tag, packet length] [timestamp field] [sequence id, track_event tag,
-#   event length] [TrackEvent fields before track_uuid, track_uuid tag] [pid's 3 bytes]
-#   [slot varint, any flow id, sequence_flags]
+# joined once), in the field order protobuf itself writes. A packet is 3 pieces:
+#   [Trace.packet tag, packet length] [timestamp field] [the rest: sequence id, track_event
+#   tag, event length, TrackEvent fields, sequence_flags]
+# An end's rest depends only on the process and the thread slot (`_EndRests`): made once per
+# slot. A begin's rest is joined from [sequence id, track_event tag, event length] [TrackEvent
+# fields before track_uuid, track_uuid tag] [pid's 3 bytes] [slot varint, any flow id,
+# sequence_flags]. Track uuids are chosen so that the track_uuid varint is the pid's 3 bytes
+# followed by the slot's (`thread_uuid`). Ranks drawn with one layout (the ranks of a stage
+# in a scheduled trace) reuse the begins' heads of the first of them and encode again only
+# the begins that differ (args of their own).
 #
 # Tags are (field number << 3) | wire type, from perfetto_trace.proto: Trace.packet = 1
 # (message); TracePacket: timestamp = 8 (varint), trusted_packet_sequence_id = 10 (varint),
@@ -115,7 +140,7 @@ def write_packets(plan: Plan, out: BinaryIO) -> None:
 # terminating_flow_ids = 48 (fixed64).
 
 _PACKET = b"\x0a"  # Trace.packet
-_SEQUENCE = b"\x50" + bytes([SEQUENCE_ID])  # trusted_packet_sequence_id
+_SEQUENCE = b"\x50"  # trusted_packet_sequence_id
 _TRACK_EVENT = b"\x5a"
 _FLAGS = b"\x68" + bytes([_NEEDS_STATE])  # sequence_flags
 _END_TYPE = b"\x48" + bytes([_END])  # TrackEvent.type = TYPE_SLICE_END
@@ -126,9 +151,47 @@ _TERMINATING_FLOW_IDS = b"\x81\x03"  # varint 385 = 48 << 3 | 1
 # the tag of a begin's flow id, by direction (a chain's middle link goes on, as its start does)
 _FLOW_TAGS = tuple({FLOW_NONE: b"", FLOW_OUT: _FLOW_IDS, FLOW_IN: _TERMINATING_FLOW_IDS, FLOW_STEP: _FLOW_IDS}[d] for d in range(4))
 _FLOW_ID = struct.Struct("<Q")  # fixed64
+_FLOW_ID_AND_FLAGS = struct.Struct("<QBB")  # a flow id, then the sequence_flags field (2 bytes, see _FLAGS)
 PID_BITS = 21  # thread track uuid = pid | slot << PID_BITS
 PID_FIELD_SIZE = PID_BITS // 7  # bytes of the pid part of a thread uuid's varint
-_PIECES_PER_PACKET = 6
+_PIECES_PER_PACKET = 3
+_MEMBER_PIECES = 6  # see `_EventEncoder.member_parts`
+SEQUENCE_BASE = 1 << PID_BITS  # see `sequence_id`
+
+
+class _EventHeads(dict):
+    """len(head) + len(tail) of a begin -> the sequence id, track_event tag and event length
+    before it (the event: head, pid, tail without the sequence flags)."""
+
+    def __init__(self, prefix: bytes):
+        super().__init__()
+        self.prefix = prefix
+
+    def __missing__(self, size: int) -> bytes:
+        text = self[size] = self.prefix + varint(size + PID_FIELD_SIZE - len(_FLAGS))
+        return text
+
+
+class _EndRests(dict):
+    """slot -> an end's packet after its timestamp on this sequence (`prefix`) and pid."""
+
+    def __init__(self, prefix: bytes, pid: bytes):
+        super().__init__()
+        self.prefix = prefix
+        self.pid = pid
+
+    def __missing__(self, slot: int) -> bytes:
+        event = _END_HEAD + self.pid + varint(slot)
+        text = self[slot] = self.prefix + varint(len(event)) + event + _FLAGS
+        return text
+
+
+class _FlowHeads(dict):
+    """slot << 2 | flow direction -> the slot's varint and the tag of the flow id that follows."""
+
+    def __missing__(self, key: int) -> bytes:
+        text = self[key] = varint(key >> 2) + _FLOW_TAGS[key & 3]
+        return text
 
 
 class _Prefixed(dict):
@@ -161,194 +224,320 @@ _PLAIN_VALUES = frozenset({str, int})  # arg values whose (key, value) names one
 _COLUMN_VALUES = _PLAIN_VALUES | {type(None)}  # None: a field the slice's args do not have (no dict has None values)
 
 
-class _EventEncoder:
-    """Frames the events of one process after another; interns names as they first appear."""
+def _prepend(packet: bytes, parts: list[bytes]) -> list[bytes]:
+    """`parts` with `packet` written before them (joined to the first piece: no list copy)."""
+    parts[0] = packet + parts[0]
+    return parts
 
-    def __init__(self) -> None:
-        self.names: dict[str, int] = {}  # slice name -> iid
-        self.arg_names: dict[str, int] = {}  # arg name -> iid
-        self.new_names: list[str] = []  # interned since the last interning packet
-        self.new_arg_names: list[str] = []
-        self.annotations = _Annotations(self.arg_names, self.intern_arg_name)
+
+class _ArgNames:
+    """The arg names' iids of a process and the encodings that hold for them."""
+
+    def __init__(self, arg_names: tuple[str, ...]):
+        self.key = arg_names
+        self.arg_names = dict(zip(arg_names, count(1)))
+        self.annotations = _Annotations(self.arg_names)
+        self.shape_formats: dict[ArgsShape, bytes] = {}  # shape -> `shape_format`, kept while these iids are
+        self.formats_by_items: dict[tuple, bytes] = {}  # tuple(shape.items) -> `shape_format`, for plain values
+
+
+class _Interned:
+    """One process's interning (iids from 1: its slice names, then separately its arg names, in
+    first-use order over its begins in writing order) and the encodings that hold for it.
+
+    Any process with the same tables may reuse these encodings (`_EventEncoder.interned_for`):
+    the ranks of a stage; those of the arg names alone (`_ArgNames`) serve any process with
+    the same arg names (log ranks of other stages: other slice names, the same arg names).
+    """
+
+    def __init__(self, names: tuple[str, ...], args: _ArgNames):
+        self.key = (names, args.key)
+        self.names = dict(zip(names, count(1)))
+        self.name_fields = _NameFields(self.names)  # name -> the fields after the annotations
+        self.args = args
+        self.arg_names = args.arg_names
+        self.annotations = args.annotations
         self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> see `begin_heads`
-        self.name_fields = _NameFields(self)  # name -> the fields after the annotations
         self.pinned: list[dict[str, Any]] = []  # the args of `begins`
-        # shape -> `shape_format` of the last process with rows (names once interned stay)
-        self.shape_formats: dict[ArgsShape, bytes] = {}
         self.begin_bytes = 0
-        self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
-        self.event_heads = _Prefixed(_SEQUENCE + _TRACK_EVENT)  # event length -> what precedes the event
-        self.slot_tails = _Prefixed(b"", suffix=_FLAGS)  # slot -> its varint and the sequence flags
-        self.slot_varints = _Prefixed(b"")
+        self.interned_data: bytes | None = None  # see `packet`
 
-    # -- interning
+    def packet(self, sequence: int) -> bytes:
+        """The packet that starts a process's sequence: clears its state and interns every name.
 
-    def intern_name(self, name: str) -> int:
-        iid = self.names[name] = len(self.names) + 1
-        self.new_names.append(name)
-        return iid
-
-    def intern_arg_name(self, name: str) -> int:
-        iid = self.arg_names[name] = len(self.arg_names) + 1
-        self.new_arg_names.append(name)
-        return iid
-
-    def interning_packet(self) -> bytes:
-        """The names interned since the last call, as one packet (b"" when none)."""
-        if not self.new_names and not self.new_arg_names:
-            return b""
-        packet = pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID, sequence_flags=_NEEDS_STATE)
-        interned = packet.interned_data
-        for name in self.new_names:
-            interned.event_names.add(iid=self.names[name], name=name)
-        for name in self.new_arg_names:
-            interned.debug_annotation_names.add(iid=self.arg_names[name], name=name)
-        self.new_names.clear()
-        self.new_arg_names.clear()
-        return pb.Trace(packet=[packet]).SerializeToString()
-
-    # -- one process
-
-    def process_parts(self, process: Process, shared: bool) -> list[bytes]:
-        """Every begin and end of a process, framed, in pieces to be joined
-        (`layout_chrome.write_parts`); `shared`: its layout serves other processes too."""
-        layout = process.layout
-        columns = layout.cache.get("perfetto")
-        if columns is None:
-            columns = layout.cache["perfetto"] = _Columns(layout, self)
-        pid = pid_bytes(process.pid)
-        if not shared:
-            rows = process.arg_rows()
-            if rows is not None:
-                heads = columns.row_heads(self, process.names, rows)
-            else:
-                heads = columns.heads(self, process.names, process.slice_args)
-            return self.frame(columns.stamps, heads, pid, columns.tails(self, process))
-        return self.member_parts(columns, process, pid)
-
-    def member_parts(self, columns: _Columns, process: Process, pid: bytes) -> list[bytes]:
-        """A process drawn with a shared layout: the layout's framing (made from its first
-        process, without flows) with this pid, and the begins that differ framed again."""
-        if columns.parts is None:
-            columns.reference = (process.names, process.slice_args)
-            columns.ref_heads = columns.heads(self, process.names, process.slice_args)
-            columns.parts = self.frame(columns.stamps, columns.ref_heads, pid, columns.slot_tails(self))
-        parts = list(columns.parts)
-        parts[4::_PIECES_PER_PACKET] = [pid] * columns.size
-        names, args = process.names, process.slice_args
-        own: set[int] = set()  # positions whose name or args are not the reference's
-        for mine, theirs in zip((names, args), columns.reference):
-            if mine is not theirs:
-                own.update(compress(count(), map(operator.is_not, mine, theirs)))
-        flows = process.flows
-        redo = sorted(own.union(flows))
-        if redo:
-            self.reframe(parts, columns, process, pid, redo, own)
-        return parts
-
-    def reframe(self, parts: list[bytes], columns: _Columns, process: Process, pid: bytes, positions: list[int],
-                own: set[int]) -> None:
-        """Frame again, in `parts`, the begins at these positions: with this process's flows, and
-        with its own name and args at the positions in `own`."""
-        events = list(map(columns.begin_event.__getitem__, positions))
-        heads = list(map(columns.ref_heads.__getitem__, events))
-        differ = [j for j, i in enumerate(positions) if i in own]
-        if differ:
-            mine = [positions[j] for j in differ]
-            names, args = process.names, process.slice_args
-            new_heads = self.begin_heads(list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
-            for j, head in zip(differ, new_heads):
-                heads[j] = head
-        codes = list(map(process.flows.get, positions, repeat(0)))
-        tails = self.begin_tails(list(map(columns.slots.__getitem__, events)), codes)
-        framed = self.frame(list(map(columns.stamps.__getitem__, events)), heads, pid, tails)
-        width = _PIECES_PER_PACKET
-        starts = [k * width for k in events]
-        for piece in (0, 2, 3, 5):  # the timestamp (1) is the layout's; the pid (4) is set
-            list(map(parts.__setitem__, map(operator.add, starts, repeat(piece)), framed[piece::width]))
-
-    def frame(self, stamps: list[bytes], heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
-        """The pieces of one packet per (timestamp field, head, tail), all with this pid."""
-        # event length: head (with the track_uuid tag) + pid + tail without the 2 flag bytes
-        event_sizes = list(map(operator.add, map(len, heads), map(len, tails)))
-        event_sizes = [size + PID_FIELD_SIZE - len(_FLAGS) for size in event_sizes]
-        event_heads = list(map(self.event_heads.__getitem__, event_sizes))
-        # packet length: timestamp field + sequence id, event tag and length + event + flags
-        packet_sizes = [s + e + size + len(_FLAGS) for s, e, size in zip(map(len, stamps), map(len, event_heads), event_sizes)]
-        n = len(heads)
-        parts: list[bytes] = [b""] * (_PIECES_PER_PACKET * n)
-        parts[0::_PIECES_PER_PACKET] = list(map(self.packet_heads.__getitem__, packet_sizes))
-        parts[1::_PIECES_PER_PACKET] = stamps
-        parts[2::_PIECES_PER_PACKET] = event_heads
-        parts[3::_PIECES_PER_PACKET] = heads
-        parts[4::_PIECES_PER_PACKET] = [pid] * n
-        parts[5::_PIECES_PER_PACKET] = tails
-        return parts
-
-    def begin_tails(self, slots: list[int], codes: list[int]) -> list[bytes]:
-        """The slot, the flow (`code`: see `layout_chrome.flow_of`; 0 for none) and the flags, per begin."""
-        slot_varints = map(self.slot_varints.__getitem__, slots)
-        tags = map(_FLOW_TAGS.__getitem__, map(operator.and_, codes, repeat(3)))
-        ids = [_FLOW_ID.pack(code >> 2) if code else b"" for code in codes]
-        return list(map(b"".join, zip(slot_varints, tags, ids, repeat(_FLAGS))))
-
-    def begin_heads(self, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
-        """TrackEvent fields 4 (debug annotations), 9 (type) and 10 (name_iid), then the
-        track_uuid tag, for each (name, args); each distinct pair is encoded once, the new
-        ones together (`new_begins`)."""
-        if self.begin_bytes > BEGIN_CACHE_BYTES:
-            self.forget_begins()
-        keys = list(zip(names, map(id, args)))
-        heads = list(map(self.begins.get, keys))
-        missing = dict.fromkeys(compress(keys, map(operator.is_, heads, repeat(None))))  # in first-use order
-        if not missing:
-            return heads
-        at = dict(zip(keys, range(len(keys))))  # a key -> where it occurs (any occurrence: same name and dict)
-        new = [at[key] for key in missing]
-        self.begins.update(zip(missing, self.new_begins([names[j] for j in new], [args[j] for j in new])))
-        return list(map(self.begins.__getitem__, keys))
-
-    def row_begin_heads(self, names: list[str], rows: ArgsRows, positions: list[int]) -> list[bytes]:
-        """`begin_heads` of the begins at these positions (in writing order), from args shapes:
-        each shape's fixed annotations encoded once, the own fields' ones per value."""
-        # in first-use order, each shape's items in order: arg names are interned as the dicts' would be
-        # the previous process's formats: ranks next to each other (one stage) share shapes
-        previous, formats = self.shape_formats, {}
-        for shape in dict.fromkeys(map(rows.shapes.__getitem__, positions)):
-            text = previous.get(shape)
-            formats[shape] = self.shape_format(shape) if text is None else text
-        self.shape_formats = formats
-        # per position, as the shapes; a field no shape names is not encoded (that would intern its name)
-        values = [self.annotations.column(key, column) if key in self.arg_names else [b""] * len(column)
-                  for key, column in zip(OWN_FIELDS, rows.columns)]
-        annotations = list(map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values)))
-        return list(map(operator.add, map(annotations.__getitem__, positions), map(self.name_fields.__getitem__, names)))
-
-    def shape_format(self, shape: ArgsShape) -> bytes:
-        """The shape's annotations with a `%b` per own field, a `%.0b` per other field, in OWN_FIELDS order."""
-        parts = []
-        next_field = 0
-        for key, value, f in shape.items:
-            if f < 0:
-                parts.append(self.annotations.fixed(key, value).replace(b"%", b"%%"))
-            else:
-                if key not in self.arg_names:
-                    self.intern_arg_name(key)
-                parts.append(b"%.0b" * (f - next_field) + b"%b")
-                next_field = f + 1
-        parts.append(b"%.0b" * (len(OWN_FIELDS) - next_field))
-        return b"".join(parts)
-
-    def new_begins(self, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
-        self.pinned.extend(args)  # kept while their encodings are: no other dict gets their ids
-        heads = list(map(operator.add, self.annotations.many(args), map(self.name_fields.__getitem__, names)))
-        self.begin_bytes += sum(map(len, heads))
-        return heads
+        Framed by hand around the interned data encoded once: TracePacket's
+        trusted_packet_sequence_id (10), interned_data (12), sequence_flags (13), in that order.
+        """
+        if self.interned_data is None:
+            interned = pb.InternedData()
+            for name, iid in self.names.items():
+                interned.event_names.add(iid=iid, name=name)
+            for name, iid in self.arg_names.items():
+                interned.debug_annotation_names.add(iid=iid, name=name)
+            data = interned.SerializeToString()
+            self.interned_data = b"\x62" + varint(len(data)) + data + b"\x68" + bytes([_CLEARED])
+        body = _SEQUENCE + varint(sequence) + self.interned_data
+        return _PACKET + varint(len(body)) + body
 
     def forget_begins(self) -> None:
         self.begins.clear()
         self.pinned.clear()
         self.begin_bytes = 0
+
+
+def interning_tables(names: list[str], args: list[dict[str, Any]] | None, rows: ArgsRows | None,
+                     positions: list[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(slice names, arg names) in first-use order over the begins at these positions (in
+    writing order), each args dict's or shape's keys in its order."""
+    slice_names = tuple(dict.fromkeys(map(names.__getitem__, positions)))
+    if rows is not None:
+        shapes = dict.fromkeys(map(rows.shapes.__getitem__, positions))
+        keys = chain.from_iterable([key for key, _, _ in shape.items] for shape in shapes)
+    else:
+        drawn = list(map(args.__getitem__, positions))
+        keys = chain.from_iterable(dict(zip(map(id, drawn), drawn)).values())  # each distinct dict once
+    return slice_names, tuple(dict.fromkeys(keys))
+
+
+MAX_ARG_STATES = 8
+
+
+class _EventEncoder:
+    """Frames the events of one process after another; keeps encodings that depend on content only."""
+
+    def __init__(self) -> None:
+        self.interned: _Interned | None = None  # the last process's
+        self.arg_states: dict[tuple[str, ...], _ArgNames] = {}  # by arg names: stages alternate between a few
+        self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
+        self.sequence = 0
+        self.event_heads = _EventHeads(b"")  # see `_EventHeads`, on `sequence`
+        self.slot_tails = _Prefixed(b"", suffix=_FLAGS)  # slot -> its varint and the sequence flags
+        self.flow_heads = _FlowHeads()
+
+    def interned_for(self, key: tuple[tuple[str, ...], tuple[str, ...]]) -> _Interned:
+        last = self.interned
+        if last is None or last.key != key:
+            names, arg_names = key
+            args = self.arg_states.get(arg_names)
+            if args is None:
+                if len(self.arg_states) >= MAX_ARG_STATES:
+                    self.arg_states.clear()
+                args = self.arg_states[arg_names] = _ArgNames(arg_names)
+            self.interned = _Interned(names, args)
+        return self.interned
+
+    def start_sequence(self, pid: int) -> bytes:
+        """Frame the next events on this process's sequence; the sequence id field."""
+        sequence = sequence_id(pid)
+        field = _SEQUENCE + varint(sequence)
+        if sequence != self.sequence:
+            self.sequence = sequence
+            self.event_heads = _EventHeads(field + _TRACK_EVENT)
+        return field
+
+    # -- one process
+
+    def process_parts(self, process: Process, shared: bool) -> list[bytes]:
+        """The interning packet and every begin and end of a process, framed, in pieces to be
+        joined (`layout_chrome.write_parts`); `shared`: its layout serves other processes too."""
+        layout = process.layout
+        columns = layout.cache.get("perfetto")
+        if columns is None:
+            columns = layout.cache["perfetto"] = _Columns(layout)
+        if not columns.size:
+            return []
+        pid = pid_bytes(process.pid)
+        self.start_sequence(process.pid)
+        rows = None if shared else process.arg_rows()
+        args = None if rows is not None else process.slice_args
+        own = None  # a shared layout's positions whose name or args are not its reference's
+        if shared and columns.reference is not None:
+            own = columns.own_positions(process)
+        if own is not None and columns.same_tables(process, own):
+            interned = self.interned_for(columns.ref_key)
+        else:
+            interned = self.interned_for(interning_tables(process.names, args, rows, columns.begin_positions))
+        if shared:
+            parts = self.member_parts(columns, interned, process, pid, own)
+            if parts is not None:
+                return _prepend(interned.packet(self.sequence), parts)
+            heads = columns.heads(self, interned, process.names, args)
+        elif rows is not None:
+            heads = self.row_begin_heads(interned, list(map(process.names.__getitem__, columns.begin_positions)), rows,
+                                         columns.begin_positions)
+        else:
+            heads = columns.heads(self, interned, process.names, args)
+        return _prepend(interned.packet(self.sequence), self.frame(columns, heads, pid, columns.tails(self, process)))
+
+    # -- processes drawn with a shared layout (the ranks of a stage in a scheduled trace)
+    #
+    # Their packets are 6 pieces, the same bytes as `frame`'s cut so that a process reuses the
+    # pieces of the layout's first process (its `reference`) and replaces only its pid and
+    # sequence id, and the begins that differ (a flow, or a name or args of their own):
+    #   [Trace.packet tag, packet length] [timestamp field] [sequence id, track_event tag,
+    #   event length] [TrackEvent fields before track_uuid, track_uuid tag] [pid's 3 bytes]
+    #   [slot varint, any flow id, sequence_flags]
+
+    def member_parts(self, columns: _Columns, interned: _Interned, process: Process, pid: bytes,
+                     own: tuple[list[int], list[int]] | None) -> list[bytes] | None:
+        """A process drawn with a shared layout, in 6 pieces a packet; None when its interning
+        differs from the reference's (then its heads are encoded again). `own`: see
+        `_Columns.own_positions` (None for the first process)."""
+        if columns.parts is None:
+            columns.reference = (process.names, process.slice_args)
+            columns.ref_key = interned.key
+            columns.ref_heads = columns.heads(self, interned, process.names, process.slice_args)
+            heads = [_END_HEAD] * columns.size
+            list(map(heads.__setitem__, columns.begin_at, columns.ref_heads))
+            tails = list(map(self.slot_tails.__getitem__, columns.slots))
+            columns.parts = self.frame_pieces(columns.stamps, heads, pid, tails)
+            columns.ref_sequence = self.sequence
+        elif columns.ref_key != interned.key:
+            return None
+        parts = list(columns.parts)
+        parts[4::_MEMBER_PIECES] = [pid] * columns.size
+        if columns.ref_sequence != self.sequence:  # the same lengths (see `sequence_id`), another sequence id
+            ref_heads = parts[2::_MEMBER_PIECES]
+            field = self.event_heads.prefix
+            mine = {head: field + head[len(field):] for head in dict.fromkeys(ref_heads)}
+            parts[2::_MEMBER_PIECES] = list(map(mine.__getitem__, ref_heads))
+        if own is None:
+            own = columns.own_positions(process)
+        differ = set(own[0]).union(own[1])
+        redo = sorted(differ.union(process.flows))
+        if redo:
+            self.reframe(parts, columns, interned, process, pid, redo, differ)
+        return parts
+
+    def reframe(self, parts: list[bytes], columns: _Columns, interned: _Interned, process: Process, pid: bytes,
+                positions: list[int], own: set[int]) -> None:
+        """Frame again, in `parts`, the begins at these positions: with this process's flows, and
+        with its own name and args at the positions in `own`."""
+        begins = list(map(columns.begin_index.__getitem__, positions))
+        heads = list(map(columns.ref_heads.__getitem__, begins))
+        differ = [j for j, i in enumerate(positions) if i in own]
+        if differ:
+            mine = [positions[j] for j in differ]
+            names, args = process.names, process.slice_args
+            new_heads = self.begin_heads(interned, list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
+            for j, head in zip(differ, new_heads):
+                heads[j] = head
+        codes = list(map(process.flows.get, positions, repeat(0)))
+        tails = self.begin_tails(list(map(columns.begin_slots.__getitem__, begins)), codes)
+        events = list(map(columns.begin_at.__getitem__, begins))
+        framed = self.frame_pieces(list(map(columns.stamps.__getitem__, events)), heads, pid, tails)
+        width = _MEMBER_PIECES
+        starts = [k * width for k in events]
+        for piece in (0, 2, 3, 5):  # the timestamp (1) is the layout's; the pid (4) is set
+            list(map(parts.__setitem__, map(operator.add, starts, repeat(piece)), framed[piece::width]))
+
+    def frame_pieces(self, stamps: list[bytes], heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
+        """The 6 pieces of one packet per (timestamp field, head, tail), all with this pid."""
+        sizes = list(map(operator.add, map(len, heads), map(len, tails)))
+        event_heads = list(map(self.event_heads.__getitem__, sizes))
+        # packet length: timestamp field + sequence id, event tag and length + head + pid + tail
+        packet_sizes = map(operator.add, map(operator.add, map(len, stamps), map(len, event_heads)), sizes)
+        n = len(heads)
+        parts: list[bytes] = [b""] * (_MEMBER_PIECES * n)
+        parts[0::_MEMBER_PIECES] = list(map(self.packet_heads.__getitem__, map(operator.add, packet_sizes,
+                                                                                repeat(PID_FIELD_SIZE))))
+        parts[1::_MEMBER_PIECES] = stamps
+        parts[2::_MEMBER_PIECES] = event_heads
+        parts[3::_MEMBER_PIECES] = heads
+        parts[4::_MEMBER_PIECES] = [pid] * n
+        parts[5::_MEMBER_PIECES] = tails
+        return parts
+
+    def frame(self, columns: _Columns, heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
+        """The pieces of every packet of a layout's events, with these begins' heads and tails
+        (in begin order) and this pid."""
+        # a begin's event: head (with the track_uuid tag) + pid + tail without the 2 flag bytes
+        sizes = list(map(operator.add, map(len, heads), map(len, tails)))
+        begin_rests = list(map(b"".join, zip(map(self.event_heads.__getitem__, sizes), heads, repeat(pid), tails)))
+        rests = list(map(_EndRests(self.event_heads.prefix, pid).__getitem__, columns.slots))
+        list(map(rests.__setitem__, columns.begin_at, begin_rests))
+        del begin_rests
+        stamps = columns.stamps
+        n = len(stamps)
+        parts: list[bytes] = [b""] * (_PIECES_PER_PACKET * n)
+        parts[0::_PIECES_PER_PACKET] = list(map(self.packet_heads.__getitem__, map(operator.add, map(len, stamps),
+                                                                                    map(len, rests))))
+        parts[1::_PIECES_PER_PACKET] = stamps
+        parts[2::_PIECES_PER_PACKET] = rests
+        return parts
+
+    def begin_tails(self, slots: list[int], codes: list[int]) -> list[bytes]:
+        """The slot, the flow (`code`: see `layout_chrome.flow_of`; 0 for none) and the flags, per begin."""
+        # slot varint and flow tag, by slot << 2 | direction; then the flow id and the flags
+        heads = map(self.flow_heads.__getitem__, map(operator.or_, map(operator.lshift, slots, repeat(2)),
+                                                     map(operator.and_, codes, repeat(3))))
+        if all(codes):
+            ids = map(_FLOW_ID_AND_FLAGS.pack, map(operator.rshift, codes, repeat(2)), repeat(_FLAGS[0]), repeat(_FLAGS[1]))
+        else:
+            ids = [_FLOW_ID.pack(code >> 2) + _FLAGS if code else _FLAGS for code in codes]
+        return list(map(operator.add, heads, ids))
+
+    def begin_heads(self, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
+        """TrackEvent fields 4 (debug annotations), 9 (type) and 10 (name_iid), then the
+        track_uuid tag, for each (name, args); each distinct pair is encoded once, the new
+        ones together (`new_begins`)."""
+        if interned.begin_bytes > BEGIN_CACHE_BYTES:
+            interned.forget_begins()
+        keys = list(zip(names, map(id, args)))
+        heads = list(map(interned.begins.get, keys))
+        missing = dict.fromkeys(compress(keys, map(operator.is_, heads, repeat(None))))  # in first-use order
+        if not missing:
+            return heads
+        at = dict(zip(keys, range(len(keys))))  # a key -> where it occurs (any occurrence: same name and dict)
+        new = [at[key] for key in missing]
+        interned.begins.update(zip(missing, self.new_begins(interned, [names[j] for j in new], [args[j] for j in new])))
+        return list(map(interned.begins.__getitem__, keys))
+
+    def row_begin_heads(self, interned: _Interned, names: list[str], rows: ArgsRows, positions: list[int]) -> list[bytes]:
+        """`begin_heads` of the begins at these positions (in writing order), from args shapes:
+        each shape's fixed annotations encoded once, the own fields' ones per value."""
+        # the previous process's formats, if it had the same interning: ranks next to each other share shapes
+        # else one of the same items: the ranks of a log have shapes of their own, most of them alike
+        previous, formats, alike = interned.args.shape_formats, {}, interned.args.formats_by_items
+        if len(alike) >= MAX_ANNOTATION_PIECES:
+            alike.clear()
+        for shape in dict.fromkeys(map(rows.shapes.__getitem__, positions)):
+            text = previous.get(shape)
+            if text is None:
+                items = tuple(shape.items)
+                if _PLAIN_VALUES.issuperset([value.__class__ for _, value, f in items if f < 0]):  # see `_Annotations`
+                    text = alike.get(items)
+                    if text is None:
+                        text = alike[items] = self.shape_format(interned, shape)
+                else:
+                    text = self.shape_format(interned, shape)
+            formats[shape] = text
+        interned.args.shape_formats = formats
+        # per position, as the shapes; a field no shape names is not encoded (it has no iid)
+        arg_names, annotations = interned.arg_names, interned.annotations
+        values = [annotations.column(key, column) if key in arg_names else [b""] * len(column)
+                  for key, column in zip(OWN_FIELDS, rows.columns)]
+        texts = list(map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values)))
+        return list(map(operator.add, map(texts.__getitem__, positions), map(interned.name_fields.__getitem__, names)))
+
+    def shape_format(self, interned: _Interned, shape: ArgsShape) -> bytes:
+        """The shape's annotations with a `%b` per own field, a `%.0b` per other field, in OWN_FIELDS order."""
+        parts = []
+        next_field = 0
+        for key, value, f in shape.items:
+            if f < 0:
+                parts.append(interned.annotations.fixed(key, value).replace(b"%", b"%%"))
+            else:
+                parts.append(b"%.0b" * (f - next_field) + b"%b")
+                next_field = f + 1
+        parts.append(b"%.0b" * (len(OWN_FIELDS) - next_field))
+        return b"".join(parts)
+
+    def new_begins(self, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
+        interned.pinned.extend(args)  # kept while their encodings are: no other dict gets their ids
+        heads = list(map(operator.add, interned.annotations.many(args), map(interned.name_fields.__getitem__, names)))
+        interned.begin_bytes += sum(map(len, heads))
+        return heads
 
     def finished(self, layout: Layout) -> None:
         """Free what was encoded for a layout no later process has (each rank of a log has its own).
@@ -356,18 +545,19 @@ class _EventEncoder:
         Its begins too: args carry the stage, so other layouts rarely share them.
         """
         layout.cache.pop("perfetto", None)
-        self.forget_begins()
+        if self.interned is not None:
+            self.interned.forget_begins()
 
 
 class _NameFields(dict):
-    """name -> TrackEvent type (begin), name_iid and the track_uuid tag; the name interned when first asked for."""
+    """name -> TrackEvent type (begin), name_iid and the track_uuid tag, made when first asked for."""
 
-    def __init__(self, encoder: _EventEncoder):
+    def __init__(self, names: dict[str, int]):
         super().__init__()
-        self.encoder = encoder
+        self.names = names
 
     def __missing__(self, name: str) -> bytes:
-        iid = self.encoder.intern_name(name)
+        iid = self.names[name]
         text = self[name] = _BEGIN_TYPE + b"\x50" + varint(iid) + _TRACK_UUID
         return text
 
@@ -380,68 +570,89 @@ class _Columns:
     parent's begin before its child's).
     """
 
-    def __init__(self, layout: Layout, encoder: _EventEncoder):
+    def __init__(self, layout: Layout):
         starts, ends, slots = layout.starts, layout.ends, layout.slots
-        events: list[tuple[int, int, int, int, int]] = []  # (ts, slot, seq, kind: 1 begin 0 end, position)
-        stacks: dict[int, list[int]] = {}
-        for i in range(len(starts)) if layout.order is None else layout.order:
-            slot = slots[i]
-            stack = stacks.get(slot)
-            if stack is None:
-                stack = stacks[slot] = []
-            start = starts[i]
-            while stack and ends[stack[-1]] <= start:
-                top = stack.pop()
-                events.append((ends[top], slot, len(events), 0, top))
-            events.append((start, slot, len(events), 1, i))
-            stack.append(i)
-        for slot, stack in stacks.items():
-            while stack:
-                top = stack.pop()
-                events.append((ends[top], slot, len(events), 0, top))
-        events.sort()
-        self.size = len(events)
-        times, slots, _, kinds, positions = map(list, zip(*events)) if events else ([], [], [], [], [])
+        n = len(starts)
+        codes = generation_order(layout)  # per seq: n + position for a begin, position for an end
+        times = list(map((ends + starts).__getitem__, codes))
+        event_slots = list(map((slots + slots).__getitem__, codes))
+        # sorted by (ts, slot) as one int per event, ts << slot bits | slot (also for ts < 0), then
+        # by seq: the sort is stable
+        slot_bits = max(event_slots, default=0).bit_length()
+        keys = list(map(operator.or_, map(operator.lshift, times, repeat(slot_bits)), event_slots))
+        seqs = sorted(range(len(codes)), key=keys.__getitem__)
+        del keys
+        codes = list(map(codes.__getitem__, seqs))
+        times = list(map(times.__getitem__, seqs))
+        self.size = len(codes)
         # the timestamp field per event; remembered per layout only (a log's ranks each have their own times)
         self.stamps = timestamp_fields(times)
-        self.slots = slots
+        self.slots = list(map(event_slots.__getitem__, seqs))
+        kinds = list(map(operator.ge, codes, repeat(n)))  # True for a begin
         self.begin_at = list(compress(count(), kinds))  # event index of each begin
-        self.begin_positions = [positions[k] for k in self.begin_at]
-        self.begin_event = [0] * len(starts)  # position -> event index of its begin
-        for k, i in zip(self.begin_at, self.begin_positions):
-            self.begin_event[i] = k
+        self.begin_positions = list(map(operator.sub, compress(codes, kinds), repeat(n)))
+        self.begin_slots = list(map(self.slots.__getitem__, self.begin_at))
+        self.begin_index = [0] * n  # position -> its begin's index in begin order
+        list(map(self.begin_index.__setitem__, self.begin_positions, range(n)))
         # a shared layout's framing, made from its first process (see `_EventEncoder.member_parts`)
         self.parts: list[bytes] | None = None
+        self.ref_sequence = 0
         self.reference: tuple[list, list] | None = None
         self.ref_heads: list[bytes] | None = None
+        self.ref_key: tuple | None = None  # its interning tables
 
-    def row_heads(self, encoder: _EventEncoder, names: list[str], rows: ArgsRows) -> list[bytes]:
-        heads = [_END_HEAD] * self.size
+    def own_positions(self, process: Process) -> tuple[list[int], list[int]]:
+        """The positions whose name, and those whose args, are not the reference process's (other objects)."""
+        return tuple([] if mine is theirs else list(compress(count(), map(operator.is_not, mine, theirs)))
+                     for mine, theirs in zip((process.names, process.slice_args), self.reference))
+
+    def same_tables(self, process: Process, own: tuple[list[int], list[int]]) -> bool:
+        """Whether the process's interning tables are the reference's: so when its names at
+        its own positions are the same and its args there have the same keys in the same order
+        (the tables follow the names and keys in begin order)."""
+        (ref_names, ref_args), names, args = self.reference, process.names, process.slice_args
+        own_names, own_args = own
+        if not all(map(operator.eq, map(names.__getitem__, own_names), map(ref_names.__getitem__, own_names))):
+            return False
+        mine, theirs = list(map(args.__getitem__, own_args)), list(map(ref_args.__getitem__, own_args))
+        pairs = dict(zip(zip(map(id, mine), map(id, theirs)), zip(mine, theirs)))  # each pair of dicts once
+        return all(list(a) == list(b) for a, b in pairs.values())
+
+    def heads(self, encoder: _EventEncoder, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
+        """The begins' heads, in begin order."""
         positions = self.begin_positions
-        begin_heads = encoder.row_begin_heads(list(map(names.__getitem__, positions)), rows, positions)
-        for k, head in zip(self.begin_at, begin_heads):
-            heads[k] = head
-        return heads
-
-    def heads(self, encoder: _EventEncoder, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
-        heads = [_END_HEAD] * self.size
-        positions = self.begin_positions
-        begin_heads = encoder.begin_heads(list(map(names.__getitem__, positions)), list(map(args.__getitem__, positions)))
-        for k, head in zip(self.begin_at, begin_heads):
-            heads[k] = head
-        return heads
-
-    def slot_tails(self, encoder: _EventEncoder) -> list[bytes]:
-        return list(map(encoder.slot_tails.__getitem__, self.slots))
+        return encoder.begin_heads(interned, list(map(names.__getitem__, positions)), list(map(args.__getitem__, positions)))
 
     def tails(self, encoder: _EventEncoder, process: Process) -> list[bytes]:
-        tails = self.slot_tails(encoder)
+        """The begins' tails, in begin order."""
+        tails = list(map(encoder.slot_tails.__getitem__, self.begin_slots))
         flows = process.flows
-        events = list(map(self.begin_event.__getitem__, flows))
-        flow_tails = encoder.begin_tails(list(map(self.slots.__getitem__, events)), list(flows.values()))
-        for k, tail in zip(events, flow_tails):
-            tails[k] = tail
+        if flows:
+            begins = list(map(self.begin_index.__getitem__, flows))
+            flow_tails = encoder.begin_tails(list(map(self.begin_slots.__getitem__, begins)), list(flows.values()))
+            list(map(tails.__setitem__, begins, flow_tails))
         return tails
+
+
+def generation_order(layout: Layout) -> list[int]:
+    """Begins (n + position) and ends (position) in the order a thread nests them: a slice's
+    begin, then, before the next begin on its slot, the ends of the slices that end by then
+    (innermost first), so an end at t comes before a begin at t, a parent's begin before its
+    child's, and a slice of no duration ends before the next one begins."""
+    starts, ends, slots = layout.starts, layout.ends, layout.slots
+    n = len(starts)
+    codes: list[int] = []
+    stacks: dict[int, list[int]] = defaultdict(list)  # slot -> its open slices, innermost last
+    for i in range(n) if layout.order is None else layout.order:
+        stack = stacks[slots[i]]
+        start = starts[i]
+        while stack and ends[stack[-1]] <= start:
+            codes.append(stack.pop())
+        codes.append(n + i)
+        stack.append(i)
+    for stack in stacks.values():
+        codes.extend(reversed(stack))
+    return codes
 
 
 def timestamp_fields(times: list[int]) -> list[bytes]:
@@ -520,12 +731,10 @@ class _Annotations:
     A dict whose values are all str or int is looked up item by item in C (`map`): a
     (key, value) pair then names one encoding (no True == 1 or 0.0 == -0.0 between those
     two types); only its new pairs, a few per dict, are encoded in Python.
-    `intern`: called for an arg name without an iid yet (None: every name has one).
     """
 
-    def __init__(self, arg_names: dict[str, int], intern=None):
+    def __init__(self, arg_names: dict[str, int]):
         self.arg_names = arg_names
-        self.intern = intern
         self.pieces: dict[tuple[str, Any], bytes] = {}
         self.field_pieces: dict[str, dict[Any, bytes]] = {}  # see `column`
 
@@ -571,12 +780,7 @@ class _Annotations:
         return self.piece(*item)
 
     def piece(self, key: str, value: Any) -> bytes:
-        iid = self.arg_names.get(key)
-        if iid is None:
-            if self.intern is None:
-                raise KeyError(key)
-            iid = self.intern(key)
-        return _annotation(iid, value)
+        return _annotation(self.arg_names[key], value)
 
 
 def annotation_bytes(args: dict[str, Any], arg_names: dict[str, int]) -> bytes:

@@ -1,0 +1,61 @@
+"""Each process of a .pftrace is self-contained: its bytes depend on that process alone.
+
+Every process is on a sequence of its own whose first packet clears the incremental state and
+interns its names from iid 1, so a process encoded alone (as a worker would, with a fresh
+encoder) gives the bytes it has in the whole file, whatever was encoded before it.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from converters.api import read
+from converters.diagnostics import Diagnostics
+from converters.options import Options
+from converters.writers import perfetto
+from converters.writers.layout_chrome import plan_trace
+from test_chrome import small_trace
+from test_chrome_encoding import shared_trace
+from test_perfetto import assert_interned_before_use
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+
+def plan_of(kind: str):
+    if kind == "shared":  # ranks of a stage share a layout
+        trace, timeline = shared_trace()
+        return plan_trace(trace, Options(ranks="all"), Diagnostics(), timeline)
+    trace = small_trace() if kind == "small" else read(SAMPLES / "megatron_tp1_pp2_dp2")  # args as rows
+    return plan_trace(trace, Options(ranks="all"), Diagnostics())
+
+
+def whole_file(plan) -> bytes:
+    out = io.BytesIO()
+    perfetto.write_plan(plan, out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["small", "shared", "log_set"])
+def test_a_process_encoded_alone_has_the_bytes_it_has_in_the_file(kind):
+    plan = plan_of(kind)
+    data = whole_file(plan)
+    alone = [b"".join(perfetto.encode_process(process, perfetto._EventEncoder())) for process in plan.processes]
+    for process in plan.processes:
+        process.release()
+    backwards = [b"".join(perfetto.encode_process(process, encoder, shared=True))
+                 for encoder in [perfetto._EventEncoder()] for process in reversed(plan.processes)][::-1]
+    assert alone == backwards
+    assert all(alone) and data.endswith(b"".join(alone))
+    parsed = pb.Trace()
+    parsed.ParseFromString(data)
+    assert_interned_before_use(parsed)
+
+
+def test_sequence_ids_are_4_byte_varints_above_the_descriptors():
+    for pid in (1, 127, 128, 2**14, 2**21 - 1):
+        field = pb.TracePacket(trusted_packet_sequence_id=perfetto.sequence_id(pid)).SerializeToString()
+        assert len(field) == 5 and perfetto.sequence_id(pid) != perfetto.SEQUENCE_ID
