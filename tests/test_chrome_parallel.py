@@ -1,4 +1,4 @@
-"""Chrome JSON written by forked workers (`writers/forked.py`) is the same bytes as by one process.
+"""Chrome JSON and .pftrace written by forked workers (`writers/forked.py`) are the same bytes as by one process.
 
 Also what the workers' machinery promises: a worker's exception arrives whole, a killed worker
 fails the run with one error and leaves no output, workers ignore Ctrl-C, blocks are contiguous
@@ -21,7 +21,7 @@ import pytest
 from converters.api import read
 from converters.diagnostics import Diagnostics, InputError
 from converters.options import Options
-from converters.writers import chrome, forked, layout_chrome
+from converters.writers import chrome, forked, layout_chrome, perfetto
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -62,6 +62,44 @@ def test_any_number_of_workers_writes_the_same_bytes(case, tmp_path, suffix):
         serial = gzip.decompress(serial)
     assert serial.startswith(b'{"traceEvents":[') and serial.endswith(b"}\n")
     assert sorted(os.listdir(tmp_path)) == [f"many{suffix}", f"one{suffix}"]  # no temporary left
+
+
+def test_any_number_of_workers_writes_the_same_pftrace(case, tmp_path):
+    trace, values = case
+    serial_path = tmp_path / "one.pftrace"
+    perfetto.write(trace, serial_path, Options(**values, jobs=1), Diagnostics())
+    serial = serial_path.read_bytes()
+    for jobs in (2, 3, 5):
+        perfetto.write(trace, tmp_path / "many.pftrace", Options(**values, jobs=jobs), Diagnostics())
+        assert (tmp_path / "many.pftrace").read_bytes() == serial, jobs
+    packets = perfetto.pb.Trace.FromString(serial).packet
+    processes = {p.track_descriptor.process.pid for p in packets if p.track_descriptor.HasField("process")}
+    sequences = {p.trusted_packet_sequence_id for p in packets if p.HasField("track_event")}
+    assert sequences == {perfetto.sequence_id(pid) for pid in processes}  # every process drew its slices
+    assert sorted(os.listdir(tmp_path)) == ["many.pftrace", "one.pftrace"]
+
+
+def test_a_killed_pftrace_worker_fails_the_run_and_leaves_no_output(tmp_path, monkeypatch):
+    trace = read(SAMPLES / "megatron_tp2_pp2_dp1", options=Options(tp=2, pp=2), diagnostics=Diagnostics())
+    target = tmp_path / "out.pftrace"
+    target.write_bytes(b"older output")
+    parent, real = os.getpid(), perfetto.process_encoder
+
+    def make(processes):
+        encode = real(processes)
+
+        def failing(process):
+            if os.getpid() != parent:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return encode(process)
+
+        return failing
+
+    monkeypatch.setattr(perfetto, "process_encoder", make)
+    with pytest.raises(forked.WorkerFailed, match="killed by SIGKILL"):
+        perfetto.write(trace, target, Options(tp=2, pp=2, jobs=2), Diagnostics())
+    assert target.read_bytes() == b"older output"
+    assert os.listdir(tmp_path) == ["out.pftrace"]
 
 
 def test_more_workers_than_processes(tmp_path):

@@ -4,8 +4,9 @@ A writer that has made its whole plan in this process (the model, the processes 
 timeline) forks workers that encode parts of it; the parts need no pickling on the way in,
 and only their bytes (in temporary files) and small results come back. The Chakra writer
 forks one worker per share of ranks (`chakra.write_ranks_in_parallel`); the timeline writers
-use `write_processes`: contiguous blocks of processes, each encoded by one worker, written
-one after the other so the output is the same bytes whatever the number of workers.
+(Chrome JSON, .pftrace) use `draw_in_workers`: contiguous blocks of ranks, each placed and
+encoded by one worker, written one after the other so the output is the same bytes whatever
+the number of workers (`write_processes` does the encoding part alone for a plan made here).
 
 Workers ignore Ctrl-C (the parent stops them); a worker that dies (killed, out of memory)
 fails the run with one error (`WorkerFailed`), so the writer's `atomic_file` leaves no output.

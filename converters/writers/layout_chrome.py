@@ -415,7 +415,8 @@ def plan_from(start: PlanStart) -> Plan:
 class PlanStart:
     """What `plan_trace` decides before placing any rank; the rest is per drawn rank
     (`_Planner.place_rank`), then across them (`_Planner.assign_flows`). Forked workers
-    (`chrome.write`) place their share of the ranks with a copy of `planner`."""
+    (`forked.draw_in_workers`, for `chrome.write` and `perfetto.write`) place their share
+    of the ranks with a copy of `planner`."""
 
     trace: ExecutionTrace
     timeline: Timeline

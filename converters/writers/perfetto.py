@@ -53,9 +53,10 @@ from ..diagnostics import Diagnostics
 from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
+from .forked import draw_in_workers, workers_for
 from .layout_chrome import (
     FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, OWN_FIELDS, ArgsRows, ArgsShape, Layout, Plan, Process, lookup_encoded,
-    plan_trace, report_iteration, write_parts,
+    plan_from, report_iteration, start_plan, write_parts,
 )
 
 SEQUENCE_ID = 1  # the first packet and the track descriptors
@@ -66,10 +67,19 @@ _CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 
 
 def write(trace, output, options=None, diagnostics: Diagnostics | None = None, timeline: Timeline | None = None) -> None:
+    """The .pftrace of `trace`; big traces are placed and encoded by forked workers
+    (`forked.draw_in_workers`, `--jobs`): every process's bytes depend on it alone
+    (`encode_process`), so the file is the same whatever the number of workers."""
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
-    plan = plan_trace(trace, options, diagnostics, timeline)
-    with atomic_file(Path(output)) as out:
-        write_plan(plan, out)
+    output = Path(output)
+    start = start_plan(trace, options, diagnostics, timeline)
+    jobs = min(workers_for(options, start.drawn_work()), len(start.drawn))
+    with atomic_file(output) as out:
+        if jobs > 1:
+            plan, _ = draw_in_workers(start, out, jobs, output.parent, write_head, process_encoder)
+        else:
+            plan = plan_from(start)
+            write_plan(plan, out)
     report_iteration(plan, diagnostics)
 
 
@@ -79,23 +89,40 @@ def write_plan(plan: Plan, out: BinaryIO) -> None:
 
 
 def write_packets(plan: Plan, out: BinaryIO) -> None:
+    write_head(plan, out)
+    encode = process_encoder(plan.processes)
+    for process in plan.processes:
+        write_parts(out, encode(process))
+
+
+def write_head(plan: Plan, out: BinaryIO) -> None:
+    """The packets before the processes' own: one clearing the state of SEQUENCE_ID, then
+    the track descriptors of every process and thread (`plan.processes` may be ProcessHeads)."""
     builder = TraceProtoBuilder()
     start = builder.add_packet()
     start.trusted_packet_sequence_id = SEQUENCE_ID
     start.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
     add_descriptor_packets(builder, plan)
     out.write(builder.serialize())
+
+
+def process_encoder(processes: list[Process]):
+    """`encode(process)`: the packets of each of `processes` in turn (`encode_process`), as
+    pieces to join; a process's args are freed once encoded (a log has a dict per node), and
+    a layout's encoding after its last process among them."""
     encoder = _EventEncoder()
-    left = Counter(id(process.layout) for process in plan.processes)  # processes still to write per layout
-    for process in plan.processes:
+    left = Counter(id(process.layout) for process in processes)  # processes still to encode per layout
+
+    def encode(process: Process) -> list[bytes]:
         layout = process.layout
         parts = encode_process(process, encoder, shared=left[id(layout)] > 1 or "perfetto" in layout.cache)
-        write_parts(out, parts)
-        del parts
-        process.release()  # one process's args at a time (a log has a dict per node)
+        process.release()
         left[id(layout)] -= 1
         if not left[id(layout)]:
             encoder.finished(layout)
+        return parts
+
+    return encode
 
 
 def encode_process(process: Process, encoder: _EventEncoder | None = None, shared: bool = False) -> list[bytes]:
