@@ -52,7 +52,6 @@ from .layout_chrome import (
 )
 
 LARGE_JSON = 1_000_000_000
-SIZE_SAMPLE_SLICES = 10_000  # slices printed ahead to estimate the JSON's size
 ARGS_CACHE_BYTES = 32 << 20  # encoded args kept for reuse by the next ranks
 
 
@@ -61,13 +60,14 @@ def write(trace, output, options=None, diagnostics: Diagnostics | None = None, t
     output = Path(output)
     start = start_plan(trace, options, diagnostics, timeline)
     jobs = min(workers_for(options, start.drawn_work()), len(start.drawn))
-    if jobs > 1:
-        plan = write_forked(start, output, jobs, diagnostics)
-    else:
-        plan = plan_from(start)
-        warn_if_large(plan, output, diagnostics)
-        with open_output(output) as out:
+    with open_output(output) as out:
+        if jobs > 1:
+            plan = write_forked(start, out, jobs, output.parent)
+        else:
+            plan = plan_from(start)
             write_plan(plan, out)
+        json_bytes = out.tell()  # a .json.gz's too: GzipFile counts what it was given
+    warn_if_large(plan, json_bytes, output, diagnostics)
     report_iteration(plan, diagnostics)
 
 
@@ -83,59 +83,27 @@ def open_output(output: Path) -> Iterator[BinaryIO]:
             yield raw
 
 
-def write_forked(start: PlanStart, output: Path, jobs: int, diagnostics: Diagnostics) -> Plan:
+def write_forked(start: PlanStart, out: BinaryIO, jobs: int, beside: Path) -> Plan:
     """`write_plan(plan_trace(...))` with the drawn ranks placed and printed by forked workers
-    (`forked.draw_in_workers`): the same bytes and messages as in one process. Each worker
-    also prints its share of the first SIZE_SAMPLE_SLICES slices, for the size estimate."""
+    (`forked.draw_in_workers`): the same bytes and messages as in one process."""
 
     def write_head(plan: Plan, out: BinaryIO) -> None:
         out.write(b'{"traceEvents":[')
         out.write(orjson.dumps(metadata_events(plan))[1:-1])
 
-    with open_output(output) as out:
-        plan, samples = draw_in_workers(start, out, jobs, output.parent, write_head, process_encoder, sample_size)
-        write_tail(plan, out)
-    warn_if_large(plan, output, diagnostics, tuple(map(sum, zip(*samples))))
+    plan = draw_in_workers(start, out, jobs, beside, write_head, process_encoder)
+    write_tail(plan, out)
     return plan
 
 
-def warn_if_large(plan: Plan, output: Path, diagnostics: Diagnostics, sample: tuple[int, int] | None = None) -> None:
-    estimate = estimated_json_bytes(plan, sample)
-    if estimate > LARGE_JSON:
+def warn_if_large(plan: Plan, json_bytes: int, output: Path, diagnostics: Diagnostics) -> None:
+    """Warn when the JSON written (before any gzip) is more than the Perfetto UI loads well."""
+    if json_bytes > LARGE_JSON:
         diagnostics.warn(
             "chrome-large",
-            f"{output.name}: about {estimate / 1e9:.1f} GB of JSON ({plan.slice_count:,} slices); "
+            f"{output.name}: {json_bytes / 1e9:.1f} GB of JSON ({plan.slice_count:,} slices); "
             "the Perfetto UI holds about 2 GB per tab: write a .pftrace instead, or draw fewer ranks with --ranks",
         )
-
-
-def estimated_json_bytes(plan: Plan, sample: tuple[int, int] | None = None) -> int:
-    """The size of the JSON: metadata as printed, slices from the first SIZE_SAMPLE_SLICES or so.
-
-    A fixed size per slice misjudges: slices print 215-235 B from workload tables and Chakra
-    sets and 370-500 B from logs (their args carry source lines), so print a sample instead
-    (`sample_size` of the plan's processes, unless given: workers sample their own).
-    """
-    metadata_bytes = len(orjson.dumps(metadata_events(plan))) + len(metadata_json(plan))
-    sample_bytes, sample_slices = sample if sample is not None else sample_size(plan.processes, 0)
-    if not sample_slices:
-        return metadata_bytes
-    return metadata_bytes + plan.slice_count * sample_bytes // sample_slices
-
-
-def sample_size(processes: list[Process], before: int) -> tuple[int, int]:
-    """(bytes, slices) printed of the first SIZE_SAMPLE_SLICES slices of the trace that are
-    among `processes`, which follow `before` slices of earlier processes."""
-    encoder = _SliceEncoder()
-    sample_bytes = sample_slices = 0
-    for process in processes:
-        if before + sample_slices >= SIZE_SAMPLE_SLICES:
-            break
-        # a log's process can have 100,000s of slices: print only what the sample still needs
-        wanted = min(process.slice_count, SIZE_SAMPLE_SLICES - before - sample_slices)
-        sample_bytes += sum(map(len, encoder.process_parts(process, wanted)))
-        sample_slices += wanted
-    return sample_bytes, sample_slices
 
 
 def write_plan(plan: Plan, out: BinaryIO, jobs: int = 1, beside: Path | None = None) -> None:
@@ -211,21 +179,16 @@ class _SliceEncoder:
         self.last_names: tuple | None = None
         self.last_args: tuple | None = None
 
-    def process_parts(self, process: Process, limit: int | None = None) -> list[bytes]:
-        """The X events of a process, in pieces to be joined (`layout_chrome.write_parts`); with
-        `limit`, of its first `limit` slices only (a sample)."""
+    def process_parts(self, process: Process) -> list[bytes]:
+        """The X events of a process, in pieces to be joined (`layout_chrome.write_parts`)."""
         layout = process.layout
-        every = len(layout.starts)
-        n = every if limit is None else min(limit, every)
+        n = len(layout.starts)
         if not n:
             return []
         heads = layout.cache.get("chrome")
         if heads is None:
             heads = layout.cache["chrome"] = self.layout_heads(layout)
-        if n == every:
-            names, args = self.names(process), self.args(process)
-        else:
-            heads, names, args = heads[:n], self.names(process)[:n], self.sample_args(process, n)
+        names, args = self.names(process), self.args(process)
         pid = b"%d" % process.pid
         lead = _LEAD + pid + b',"tid":' + pid
         # one piece between two slices: the end of one (`}`, or its flow fields) and the start of the next
@@ -238,12 +201,11 @@ class _SliceEncoder:
                 drawn_index = layout.cache["drawn_index"] = _drawn_index(layout)
             for i, code in process.flows.items():
                 j = drawn_index[i]
-                if j < n:
-                    tail = _FLOW_TEXT[code & 3] % (code >> 2)  # see layout_chrome.flow_of
-                    if j + 1 < n:
-                        between[j + 1] = tail + lead
-                    else:
-                        last = tail
+                tail = _FLOW_TEXT[code & 3] % (code >> 2)  # see layout_chrome.flow_of
+                if j + 1 < n:
+                    between[j + 1] = tail + lead
+                else:
+                    last = tail
         parts: list[bytes] = [b""] * (4 * n + 1)
         parts[0:-1:4] = between
         parts[1::4] = heads
@@ -315,15 +277,6 @@ class _SliceEncoder:
                 texts[j] = text
         self.last_args = (layout, args, texts)
         return texts
-
-    def sample_args(self, process: Process, n: int) -> list[bytes]:
-        """Texts of the args of the first `n` slices in drawing order (nothing remembered for the next rank)."""
-        order = process.layout.order
-        rows = process.arg_rows()
-        if rows is not None:
-            return process.layout.drawn(row_texts(rows))[:n]
-        args = process.slice_args
-        return self.args_texts(args[:n] if order is None else [args[i] for i in order[:n]])
 
     def args_texts(self, args: list[dict[str, Any]]) -> list[bytes]:
         def encode(a: dict[str, Any]) -> bytes:

@@ -212,11 +212,9 @@ def draw_in_workers(
     beside: Path | None,
     write_head: Callable[[Plan, BinaryIO], None],
     make_encoder: Callable[[list[Process]], Callable[[Process], list[bytes]]],
-    measure: Callable[[list[Process], int], Any] | None = None,
-) -> tuple[Plan, list[Any]]:
+) -> Plan:
     """Place and print the drawn ranks of `start` (`layout_chrome.start_plan`) in `jobs` forked
-    workers; returns the plan (its processes: ProcessHeads, then `start.beside`) and what
-    `measure(processes, slices before them)` gave for each block of processes, in order.
+    workers; returns the plan (its processes: ProcessHeads, then `start.beside`).
 
     Each worker (this process is the first) places a contiguous block of the drawn ranks
     (`_Planner.place_rank`) and sends back what crosses ranks: the processes' heads and comm
@@ -241,7 +239,7 @@ def draw_in_workers(
             tpl.drawn = lists_drawn[id(tpl.nodes)]
         return list(map(ProcessHead.of, placed)), comms
 
-    def assign_flows(results: list) -> list[tuple[dict, int]]:
+    def assign_flows(results: list) -> list[dict]:
         flows_of_pid = planner.flows_of_pid
         heads: list[ProcessHead] = []
         for block_heads, comms in results:
@@ -251,32 +249,25 @@ def draw_in_workers(
             heads += block_heads
         flow_count = planner.assign_flows() if start.flows else 0
         plans.append(start.plan(heads, flow_count))
-        items, before = [], 0
-        for block_heads, _ in results:
-            items.append(({head.pid: flows_of_pid[head.pid] for head in block_heads}, before))
-            before += sum(head.slice_count for head in block_heads)
+        items = [{head.pid: flows_of_pid[head.pid] for head in block_heads} for block_heads, _ in results]
         planner.forget_comm()
         write_head(plans[0], out)
         return items
 
-    def print_block(k: int, item: tuple[dict, int]) -> Any:
-        flows, before = item
+    def print_block(k: int, flows: dict) -> None:
         for process in placed:
             process.flow_pairs = flows[process.pid]
-        measured = measure(placed, before) if measure is not None else None
         target = out if k == 0 else open(files[k - 1].fileno(), "wb", buffering=1 << 20, closefd=False)
         encode = make_encoder(placed)
         for process in placed:
             write_parts(target, encode(process))
         if target is not out:
             target.close()  # flushes into the temporary file
-        return measured
 
     files = [tempfile.TemporaryFile(dir=beside) for _ in blocks[1:]]
     try:
         with paused_gc():  # the workers' too: 100,000s of comm slices and pieces, no cycles
-            _, measured = run_forked_in_two_rounds(place, assign_flows, print_block, len(blocks),
-                                                   "a worker drawing the timeline")
+            run_forked_in_two_rounds(place, assign_flows, print_block, len(blocks), "a worker drawing the timeline")
         for f in files:
             copy_into(out, f)
     finally:
@@ -284,10 +275,8 @@ def draw_in_workers(
             f.close()
     plan = plans[0]
     if start.beside is not None:
-        if measure is not None:
-            measured.append(measure([start.beside], plan.slice_count - start.beside.slice_count))
         write_parts(out, make_encoder([start.beside])(start.beside))
-    return plan, measured
+    return plan
 
 
 def write_processes(out: BinaryIO, processes: Sequence, make_encoder: Callable[[Sequence], Callable[[Any], list[bytes]]],

@@ -241,7 +241,7 @@ class Process:
 
 @dataclass(slots=True)
 class ProcessHead:
-    """What the metadata events and the size estimate need of a Process placed elsewhere
+    """What the metadata events and the track descriptors need of a Process placed elsewhere
     (a forked worker's): no layout, names or args."""
 
     rank: int

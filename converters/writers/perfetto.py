@@ -76,7 +76,7 @@ def write(trace, output, options=None, diagnostics: Diagnostics | None = None, t
     jobs = min(workers_for(options, start.drawn_work()), len(start.drawn))
     with atomic_file(output) as out:
         if jobs > 1:
-            plan, _ = draw_in_workers(start, out, jobs, output.parent, write_head, process_encoder)
+            plan = draw_in_workers(start, out, jobs, output.parent, write_head, process_encoder)
         else:
             plan = plan_from(start)
             write_plan(plan, out)
