@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -152,12 +153,36 @@ def wait_until_writing(process: subprocess.Popen, target: Path, files: int = 20,
     raise AssertionError("the run never started writing")
 
 
+RANK_FILES = 1024  # of the SimAI sample's set
+
+
+def signalled_mid_write(old_set: Path, target: Path, signum: int, attempts: int = 3) -> tuple[subprocess.Popen, Path]:
+    """A conversion into `target` (a copy of `old_set`) that gets `signum`, sent to its whole
+    group as Ctrl-C is, while its rank files are being written; and its temporary set directory.
+
+    The group is stopped first and signalled only if its rank files are still incomplete: on a
+    loaded machine a run can finish between the look and the signal (it then exits 0, or dies
+    of the signal while shutting down). Such a run is started again."""
+    for _ in range(attempts):
+        copy_of(old_set, target)
+        process = start_conversion(target)
+        tmp = wait_until_writing(process, target)
+        os.killpg(process.pid, signal.SIGSTOP)
+        mid_write = tmp.exists() and sum(1 for _ in tmp.glob("w.*.et")) < RANK_FILES
+        if mid_write:
+            os.killpg(process.pid, signum)  # pending until the group goes on (SIGKILL: at once)
+        os.killpg(process.pid, signal.SIGCONT)
+        if mid_write:
+            return process, tmp
+        process.communicate(timeout=60)
+        shutil.rmtree(target)
+    raise AssertionError(f"every one of {attempts} runs finished before it could be signalled")
+
+
 def test_ctrl_c_mid_write_leaves_the_earlier_set_and_no_temporary(old_set, tmp_path):
-    target = copy_of(old_set, tmp_path / "out")
-    before = snapshot(target)
-    process = start_conversion(target)
-    wait_until_writing(process, target)
-    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole group
+    target = tmp_path / "out"
+    before = snapshot(old_set)
+    process, _ = signalled_mid_write(old_set, target, signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
     assert stderr.endswith("et-convert: interrupted; earlier output left as it was\n")
@@ -166,12 +191,11 @@ def test_ctrl_c_mid_write_leaves_the_earlier_set_and_no_temporary(old_set, tmp_p
 
 
 def test_kill_mid_write_leaves_the_earlier_set_and_the_next_run_cleans_up(old_set, tmp_path):
-    target = copy_of(old_set, tmp_path / "out")
-    before = snapshot(target)
-    process = start_conversion(target)
-    tmp = wait_until_writing(process, target)
-    os.killpg(process.pid, signal.SIGKILL)
+    target = tmp_path / "out"
+    before = snapshot(old_set)
+    process, tmp = signalled_mid_write(old_set, target, signal.SIGKILL)
     process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL
     # SIGKILL cannot be caught: the hidden temporary stays, but no glob of the set sees it.
     assert {p.name for p in target.glob("w.*")} == {n for n in before if n.startswith("w.")}
     assert {n: h for n, h in snapshot(target).items() if not n.startswith(".")} == before
