@@ -16,7 +16,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from . import __version__
 from .cli_coercion import quicken
-from .diagnostics import Diagnostics, InputError, UsageError
+from .diagnostics import Diagnostics, InputError, InterruptedAfterWriting, UsageError
 from .options import Options
 
 
@@ -147,6 +147,10 @@ def _run(action, debug: bool, quiet: bool, verbose: bool) -> int:
             diagnostics.emit(verbose=verbose)
         print(f"et-convert: error: {e}", file=sys.stderr)
         return 2
+    except InterruptedAfterWriting as e:
+        print(f"et-convert: interrupted once {e.written} was written (its files were being moved into place)",
+              file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print("et-convert: interrupted; earlier output left as it was", file=sys.stderr)
         return 130

@@ -25,6 +25,15 @@ class InputError(Exception):
         return type(self), (self.where, self.message)
 
 
+class InterruptedAfterWriting(KeyboardInterrupt):
+    """Ctrl-C came while a finished output was being moved into place (`writers/atomic.py`): it
+    was let finish, so `written` (the output) is the new one when the interruption is raised."""
+
+    def __init__(self, written: str):
+        super().__init__(written)
+        self.written = written
+
+
 class UsageError(Exception):
     """Options that do not fit together (also exit code 2)."""
 

@@ -205,6 +205,65 @@ def test_kill_mid_write_leaves_the_earlier_set_and_the_next_run_cleans_up(old_se
     assert snapshot(target) == before  # same content again, and the killed run's temporary is gone
 
 
+def _ctrl_c_on_first_replace(monkeypatch, then=None):
+    """os.replace in atomic.py that gets Ctrl-C on its first call (and runs `then()` after it)."""
+    from converters.writers import atomic
+
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        calls.append(dst)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)
+            if then is not None:
+                then()
+        return real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    return calls
+
+
+def test_ctrl_c_while_a_set_is_moved_in_lets_it_finish_and_says_so(old_set, tmp_path, monkeypatch):
+    from converters.diagnostics import InterruptedAfterWriting
+
+    target = copy_of(old_set, tmp_path / "out")
+    calls = _ctrl_c_on_first_replace(monkeypatch)
+    with pytest.raises(InterruptedAfterWriting) as interrupted:
+        with atomic_set(target / "w") as tmpdir:
+            (tmpdir / "w.0.et").write_bytes(b"new rank 0")
+            (tmpdir / "w.1.et").write_bytes(b"new rank 1")
+    assert interrupted.value.written == str(target / "w") and len(calls) == 2
+    assert snapshot(target) == {"w.0.et": hashlib.sha256(b"new rank 0").hexdigest(),
+                                "w.1.et": hashlib.sha256(b"new rank 1").hexdigest()}  # whole, no temporary
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_then_a_failure_while_moving_is_a_plain_interruption(old_set, tmp_path, monkeypatch):
+    from converters.diagnostics import InterruptedAfterWriting
+
+    def fail():
+        raise PermissionError(13, "Permission denied")
+
+    target = copy_of(old_set, tmp_path / "out")
+    _ctrl_c_on_first_replace(monkeypatch, then=fail)
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        with atomic_set(target / "w") as tmpdir:
+            (tmpdir / "w.0.et").write_bytes(b"new rank 0")
+    assert not isinstance(interrupted.value, InterruptedAfterWriting)
+
+
+def test_the_command_says_which_output_an_interruption_let_finish(capsys):
+    from converters.cli import _run
+    from converters.diagnostics import InterruptedAfterWriting
+
+    def action(diagnostics):
+        raise InterruptedAfterWriting("out/w")
+
+    assert _run(action, debug=False, quiet=True, verbose=False) == 130
+    assert capsys.readouterr().err == (
+        "et-convert: interrupted once out/w was written (its files were being moved into place)\n")
+
+
 def test_stale_temporaries_of_dead_runs_are_removed_and_live_ones_kept(tmp_path):
     dead, alive = dead_pid(), os.getpid()
     stale_dir = tmp_path / f".w.{dead}.k2j4_x.tmp"
@@ -288,11 +347,12 @@ def test_running_out_of_memory_is_one_line_and_leaves_earlier_output(tmp_path, m
 
 
 def test_ctrl_c_while_a_set_is_moved_into_place_waits_until_it_is_complete():
+    from converters.diagnostics import InterruptedAfterWriting
     from converters.writers.atomic import _signals_held
 
     finished = False
-    with pytest.raises(KeyboardInterrupt):
-        with _signals_held():
+    with pytest.raises(InterruptedAfterWriting):
+        with _signals_held("w"):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)  # a Ctrl-C here would otherwise stop the moves half way
             finished = True

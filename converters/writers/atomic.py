@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from ..diagnostics import InputError
+from ..diagnostics import InputError, InterruptedAfterWriting
 
 
 @contextlib.contextmanager
@@ -74,7 +74,7 @@ def atomic_set(prefix: Path) -> Iterator[Path]:
             for name in written:
                 os.chmod(tmpdir / name, _default_file_mode())
             _refuse_directories_in_the_way(directory, written)
-            with _signals_held():
+            with _signals_held(str(prefix)):
                 _remove_stale_set_files(directory, prefix.name, written)
                 for name in sorted(written):
                     os.replace(tmpdir / name, directory / name)
@@ -169,8 +169,10 @@ def _process_alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Delay Ctrl-C and SIGTERM until the block is done (only the main thread can do this)."""
+def _signals_held(written: str) -> Iterator[None]:
+    """Delay Ctrl-C and SIGTERM until the block is done (only the main thread can do this).
+    A Ctrl-C held back is then InterruptedAfterWriting(`written`) if the block finished, else a
+    KeyboardInterrupt as usual."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -181,11 +183,21 @@ def _signals_held() -> Iterator[None]:
            for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
-    finally:
-        for signum, handler in old.items():
-            signal.signal(signum, handler)
-        for signum in received:
-            signal.raise_signal(signum)  # now, as it would have come
+    except BaseException:
+        _restore(old, received)
+        raise
+    interrupted = signal.SIGINT in received and old[signal.SIGINT] is signal.default_int_handler
+    _restore(old, [signum for signum in received if signum != signal.SIGINT] if interrupted else received)
+    if interrupted:  # the block is done, the new output in place: "the earlier one was kept" would be wrong
+        raise InterruptedAfterWriting(written)
+
+
+def _restore(handlers: dict, received: list[int]) -> None:
+    """Put the handlers back, then deliver the signals held back, as they would have come."""
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+    for signum in received:
+        signal.raise_signal(signum)
 
 
 def _default_file_mode() -> int:
