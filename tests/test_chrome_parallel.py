@@ -83,19 +83,8 @@ def test_a_killed_pftrace_worker_fails_the_run_and_leaves_no_output(tmp_path, mo
     trace = read(SAMPLES / "megatron_tp2_pp2_dp1", options=Options(tp=2, pp=2), diagnostics=Diagnostics())
     target = tmp_path / "out.pftrace"
     target.write_bytes(b"older output")
-    parent, real = os.getpid(), perfetto.process_encoder
-
-    def make(processes):
-        encode = real(processes)
-
-        def failing(process):
-            if os.getpid() != parent:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return encode(process)
-
-        return failing
-
-    monkeypatch.setattr(perfetto, "process_encoder", make)
+    killed = _kill_in_worker(os.getpid(), lambda: os.kill(os.getpid(), signal.SIGKILL), perfetto)
+    monkeypatch.setattr(perfetto, "process_encoder", killed)
     with pytest.raises(forked.WorkerFailed, match="killed by SIGKILL"):
         perfetto.write(trace, target, Options(tp=2, pp=2, jobs=2), Diagnostics())
     assert target.read_bytes() == b"older output"
@@ -116,9 +105,9 @@ def test_big_traces_use_every_core_by_default(monkeypatch):
     assert forked.workers_for(None, 0) == 1
 
 
-def _kill_in_worker(parent: int, how):
-    """A `chrome.process_encoder` whose workers (not this process) fail with `how()`."""
-    real = chrome.process_encoder
+def _kill_in_worker(parent: int, how, writer=chrome):
+    """A `writer.process_encoder` whose workers (not this process) fail with `how()`."""
+    real = writer.process_encoder
 
     def make(processes):
         encode = real(processes)
@@ -183,18 +172,24 @@ def test_a_worker_error_arrives_whole(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
-_KILLED_WORKER_RUN = """
-import os, signal, sys
+# `python -c` this, then "kill" or a marker file's path, then the command's arguments: its workers
+# (not the parent) are killed, or write the marker and stall
+_RUN_WITH_A_FAILING_WORKER = """
+import os, signal, sys, time
+from pathlib import Path
 from converters import cli
 from converters.writers import chrome
-real, parent = chrome.process_encoder, os.getpid()
+real, parent, how = chrome.process_encoder, os.getpid(), sys.argv.pop(1)
 def make(processes):
     encode = real(processes)
-    def killed(process):
+    def failing(process):
         if os.getpid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            Path(how).write_text("worker encoding")
+            time.sleep(60)
         return encode(process)
-    return killed
+    return failing
 chrome.process_encoder = make
 sys.argv = ["et-convert", *sys.argv[1:]]
 cli.run()
@@ -204,7 +199,7 @@ cli.run()
 def test_the_command_reports_a_killed_worker_in_one_line(tmp_path):
     target = tmp_path / "out.json"
     done = subprocess.run(
-        [sys.executable, "-c", _KILLED_WORKER_RUN, str(SAMPLES / "megatron_tp2_pp2_dp1"), "--tp", "2", "--pp", "2",
+        [sys.executable, "-c", _RUN_WITH_A_FAILING_WORKER, "kill", str(SAMPLES / "megatron_tp2_pp2_dp1"), "--tp", "2", "--pp", "2",
          "--jobs", "2", "-o", str(target)],
         capture_output=True, text=True, cwd=SAMPLES.parent,
     )
@@ -215,30 +210,10 @@ def test_the_command_reports_a_killed_worker_in_one_line(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-_STALLED_RUN = """
-import os, sys, time
-from pathlib import Path
-from converters import cli
-from converters.writers import chrome
-real, parent, marker = chrome.process_encoder, os.getpid(), Path(sys.argv.pop(1))
-def make(processes):
-    encode = real(processes)
-    def stalled(process):
-        if os.getpid() != parent:
-            marker.write_text("worker encoding")
-        time.sleep(60)
-        return encode(process)
-    return stalled
-chrome.process_encoder = make
-sys.argv = ["et-convert", *sys.argv[1:]]
-cli.run()
-"""
-
-
 def test_ctrl_c_stops_the_workers_and_leaves_no_output(tmp_path):
     target, marker = tmp_path / "out" / "out.json", tmp_path / "marker"
     run = subprocess.Popen(
-        [sys.executable, "-c", _STALLED_RUN, str(marker), str(SAMPLES / "megatron_tp2_pp2_dp1"), "--tp", "2", "--pp", "2",
+        [sys.executable, "-c", _RUN_WITH_A_FAILING_WORKER, str(marker), str(SAMPLES / "megatron_tp2_pp2_dp1"), "--tp", "2", "--pp", "2",
          "--jobs", "2", "-o", str(target)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=SAMPLES.parent, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a shell's background jobs ignore it
