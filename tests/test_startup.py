@@ -24,7 +24,7 @@ from conftest import ROOT, SAMPLES
 
 # Modules a conversion of a Megatron log to a Chrome trace has no use for.
 UNUSED_BY_A_LOG_TO_CHROME = [
-    "converters.validate", "converters.report", "converters.simulate", "converters.sweep",
+    "converters.validate", "converters.report", "converters.simulate", "converters.sweep", "converters.scheduler",
     "converters.readers.chakra", "converters.readers.et_json", "converters.readers.kineto", "converters._proto.et_def_pb2",
     "google.protobuf", "pydantic", "rich",
 ]

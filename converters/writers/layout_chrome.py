@@ -60,7 +60,6 @@ from ..diagnostics import Diagnostics, UsageError
 from ..gc_pause import paused_gc
 from ..model import ExecutionTrace, NodeKind, Rank
 from ..ranks import compact_ranks, parse_rank_list
-from ..scheduler.summary import headline
 from ..stats import format_ms, measured_reference
 from ..timeline import Timeline, timeline_for
 
@@ -1273,4 +1272,6 @@ def report_iteration(plan: Plan, diagnostics: Diagnostics) -> None:
     """
     summary = plan.metadata.get("summary")
     if summary and summary.get("ranks"):
+        from ..scheduler.summary import headline  # (a scheduled trace: the scheduler is loaded already)
+
         diagnostics.result(headline(summary))
