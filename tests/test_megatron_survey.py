@@ -11,6 +11,7 @@ from array import array
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from converters import model
 from converters.builders import megatron
 from converters.builders.megatron import STAMP_TOLERANCE_NS
 from converters.diagnostics import Diagnostics
@@ -92,16 +93,16 @@ def test_sub_operations_share_one_read_only_empty_ctrl_deps(tmp_path):
 
     trace = etc.read(write_run(tmp_path, stages=2, tp=2, microbatches=2), "megatron-log", tp=2)
     subs = [node for rank in trace.ranks.values() for node in rank.nodes if node.parent is not None]
-    assert subs and all(node.ctrl_deps is megatron.NO_CTRL_DEPS for node in subs)
-    assert megatron.NO_CTRL_DEPS == [] and subs[0].deps + subs[0].ctrl_deps == subs[0].deps
+    assert subs and all(node.ctrl_deps is model.NO_CTRL_DEPS for node in subs)
+    assert model.NO_CTRL_DEPS == [] and subs[0].deps + subs[0].ctrl_deps == subs[0].deps
     for change in (lambda deps: deps.append(1), lambda deps: deps.extend([1]), lambda deps: deps.insert(0, 1)):
         with pytest.raises(TypeError):
             change(subs[0].ctrl_deps)
     with pytest.raises(TypeError):
         subs[0].ctrl_deps += [1]
-    assert megatron.NO_CTRL_DEPS == []
-    assert pickle.loads(pickle.dumps(subs[0])).ctrl_deps is megatron.NO_CTRL_DEPS
-    assert copy.deepcopy(subs[0]).ctrl_deps is megatron.NO_CTRL_DEPS
+    assert model.NO_CTRL_DEPS == []
+    assert pickle.loads(pickle.dumps(subs[0])).ctrl_deps is model.NO_CTRL_DEPS
+    assert copy.deepcopy(subs[0]).ctrl_deps is model.NO_CTRL_DEPS
 
 
 # ---------------------------------------------------------------- planned steps judged by their bounds

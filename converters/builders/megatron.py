@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..diagnostics import Diagnostics, InputError
 from ..gc_pause import paused_gc
-from ..model import CollType, ExecutionTrace, Node, NodeKind, Parallel, Rank, SharedArgs
+from ..model import NO_CTRL_DEPS, CollType, ExecutionTrace, Node, NodeKind, Parallel, Rank, SharedArgs
 from ..options import Options
 from ..readers.megatron_log import OpRecord, SubOpKind, SubOps, read_file
 from . import per_rank
@@ -72,24 +72,6 @@ MAX_TAG = (1 << 31) - 1  # Chakra's comm_tag is an int32
 MAX_BYTES = (1 << 63) - 1  # Chakra's comm_size is an int64
 # Timestamps are printed with 0.01 ms resolution: closer than this is "the same time".
 STAMP_TOLERANCE_NS = 10_000
-
-
-class _NoDeps(list):
-    """The empty, read-only `ctrl_deps` that every sub-operation's node shares (hundreds of thousands
-    of them in a long log: one empty list each held 16 MB of benchmark 7's 156). Like SharedArgs:
-    to change a node's, give it its own list."""
-
-    def _refuse(self, *args, **kwargs):
-        raise TypeError("this empty ctrl_deps is shared by many nodes; give the node its own list to change it")
-
-    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
-
-    def __reduce__(self):  # unpickles as the one shared instance
-        return "NO_CTRL_DEPS"
-
-
-NO_CTRL_DEPS = _NoDeps()
 
 
 def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
