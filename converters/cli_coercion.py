@@ -25,10 +25,16 @@ _UNSURE = object()  # the quick path leaves the value to typer
 
 
 def quicken(params) -> None:
-    """Install the quick coercion on every typer parameter of a command whose values it knows."""
+    """Install the quick coercion on every typer parameter of a command whose values it knows.
+
+    It reads typer's private parameter attributes: a typer that has other ones (AttributeError)
+    keeps its own coercion, slower but right."""
     for param in params:
-        if _typer_would_build_an_adapter(param) and _plain_type(param) is not None:
-            param._runtime_param = _QuickValues(param)
+        try:
+            if _typer_would_build_an_adapter(param) and _plain_type(param) is not None:
+                param._runtime_param = _QuickValues(param)
+        except AttributeError:
+            continue
 
 
 def _typer_would_build_an_adapter(param) -> bool:
@@ -82,14 +88,17 @@ class _QuickValues:
         else:
             quick = self._one(value, param, ctx)
         if quick is _UNSURE:
-            return self.typer_own().coerce(value, param=param, ctx=ctx)
+            return self.typer_own(param).coerce(value, param=param, ctx=ctx)
         return quick
 
-    def typer_own(self):
+    def typer_own(self, param):
+        """typer's own coercion of `param`, built by typer as it would have been without us."""
         if self._typer_own is None:
-            from typer._coercion import build_runtime_param
-
-            self._typer_own = build_runtime_param(self.descriptor)
+            param._runtime_param = None
+            try:
+                self._typer_own = param.get_runtime_param()
+            finally:
+                param._runtime_param = self
         return self._typer_own
 
     def _list(self, value: Any, param, ctx) -> Any:
@@ -115,7 +124,9 @@ class _QuickValues:
         if element is Path and isinstance(value, str) and value:
             # typer's own path checks (readable when it exists), without its pydantic Path step,
             # which makes Path(value) of a non-empty string
-            from typer._param_types import coerce_cli_path
-
+            try:
+                from typer._param_types import coerce_cli_path
+            except ImportError:  # another typer: its own coercion does it all
+                return _UNSURE
             return coerce_cli_path(Path(value), self.descriptor.parameter_info, path_type=Path, param=param, ctx=ctx)
         return _UNSURE

@@ -227,3 +227,34 @@ def test_the_quick_coercion_gives_what_typer_gives():
             assert outcome(quick, given, param, ctx) == outcome(own, given, param, ctx), (command_name, param.name, given)
             checked += 1
     assert checked > 100
+
+
+def test_a_typer_without_the_attributes_we_read_keeps_its_own_coercion():
+    from converters.cli_coercion import _QuickValues, quicken
+
+    class Param:  # a parameter of a typer whose descriptors look otherwise
+        _runtime_param = None
+        type_descriptor = object()
+
+        def get_runtime_param(self):
+            return "typer's own"
+
+    param = Param()
+    quicken([param])
+    assert param._runtime_param is None  # typer builds its own when asked
+
+    class Fallback:
+        def coerce(self, value, param, ctx):
+            return ("typer", value)
+
+    class Known(Param):
+        def get_runtime_param(self):
+            return Fallback()
+
+    known = Known()
+    quick = _QuickValues.__new__(_QuickValues)
+    quick.element, quick.many, quick._typer_own = int, False, None
+    known._runtime_param = quick
+    assert quick.coerce("12", known, None) == 12
+    assert quick.coerce("1e3", known, None) == ("typer", "1e3")  # left to typer's own, built by typer
+    assert known._runtime_param is quick
