@@ -100,6 +100,13 @@ def have_dask() -> bool:
 
 
 def main(argv: list[str]) -> int:
+    usage = "usage: " + __doc__.strip().splitlines()[2].strip()
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage)
+        return 0
+    if len(argv) > 2 or not all(a.isdigit() and int(a) > 0 for a in argv):
+        print(usage, file=sys.stderr)
+        return 2
     mb = int(argv[0]) if argv else 100
     ranks = int(argv[1]) if len(argv) > 1 else 2
     paths = write_big_set(mb, ranks)
