@@ -41,7 +41,7 @@ from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
 from ..options import Options
 from ..ranks import compact_ranks
 from .atomic import atomic_set
-from .forked import PARALLEL_MIN_NODES, workers_for  # noqa: F401 - PARALLEL_MIN_NODES: this module's threshold too
+from .forked import workers_for
 
 SCHEMA_VERSION = "0.0.4"
 
