@@ -34,7 +34,6 @@ import contextlib
 import gzip
 import math
 import operator
-from collections import Counter
 from itertools import compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
@@ -45,10 +44,10 @@ from ..diagnostics import Diagnostics
 from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
-from .forked import draw_in_workers, workers_for, write_processes
+from .forked import draw, write_processes
 from .layout_chrome import (
-    FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, PlanStart, Process,
-    lookup_encoded, plan_from, report_iteration, start_plan,
+    FLOW_IN, FLOW_OUT, FLOW_STEP, OWN_FIELDS, TID_STRIDE, ArgsRows, ArgsShape, Plan, Process, encoder_by_process,
+    lookup_encoded, report_iteration, start_plan,
 )
 
 LARGE_JSON = 1_000_000_000
@@ -59,13 +58,9 @@ def write(trace, output, options=None, diagnostics: Diagnostics | None = None, t
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     output = Path(output)
     start = start_plan(trace, options, diagnostics, timeline)
-    jobs = min(workers_for(options, start.drawn_work()), len(start.drawn))
     with open_output(output) as out:
-        if jobs > 1:
-            plan = write_forked(start, out, jobs, output.parent)
-        else:
-            plan = plan_from(start)
-            write_plan(plan, out)
+        plan = draw(start, out, options, output.parent, write_head, process_encoder)
+        write_tail(plan, out)
         json_bytes = out.tell()  # a .json.gz's too: GzipFile counts what it was given
     warn_if_large(plan, json_bytes, output, diagnostics)
     report_iteration(plan, diagnostics)
@@ -83,19 +78,6 @@ def open_output(output: Path) -> Iterator[BinaryIO]:
             yield raw
 
 
-def write_forked(start: PlanStart, out: BinaryIO, jobs: int, beside: Path) -> Plan:
-    """`write_plan(plan_trace(...))` with the drawn ranks placed and printed by forked workers
-    (`forked.draw_in_workers`): the same bytes and messages as in one process."""
-
-    def write_head(plan: Plan, out: BinaryIO) -> None:
-        out.write(b'{"traceEvents":[')
-        out.write(orjson.dumps(metadata_events(plan))[1:-1])
-
-    plan = draw_in_workers(start, out, jobs, beside, write_head, process_encoder)
-    write_tail(plan, out)
-    return plan
-
-
 def warn_if_large(plan: Plan, json_bytes: int, output: Path, diagnostics: Diagnostics) -> None:
     """Warn when the JSON written (before any gzip) is more than the Perfetto UI loads well."""
     if json_bytes > LARGE_JSON:
@@ -109,11 +91,17 @@ def warn_if_large(plan: Plan, json_bytes: int, output: Path, diagnostics: Diagno
 def write_plan(plan: Plan, out: BinaryIO, jobs: int = 1, beside: Path | None = None) -> None:
     """The JSON of `plan`; with `jobs` > 1 the processes' events are encoded by forked workers
     (`forked.write_processes`: contiguous blocks, written in order), the same bytes."""
-    out.write(b'{"traceEvents":[')
     with paused_gc():
-        out.write(orjson.dumps(metadata_events(plan))[1:-1])
+        write_head(plan, out)
         write_processes(out, plan.processes, process_encoder, jobs, beside, _SLICE_COUNT)
     write_tail(plan, out)
+
+
+def write_head(plan: Plan, out: BinaryIO) -> None:
+    """What comes before the processes' events: the array's start and the metadata events
+    (`plan.processes` may be ProcessHeads)."""
+    out.write(b'{"traceEvents":[')
+    out.write(orjson.dumps(metadata_events(plan))[1:-1])
 
 
 def write_tail(plan: Plan, out: BinaryIO) -> None:
@@ -123,20 +111,10 @@ def write_tail(plan: Plan, out: BinaryIO) -> None:
 
 
 def process_encoder(processes: list[Process]):
-    """`encode(process)`: the X events of each of `processes` in turn, as pieces to join;
-    what was encoded for a layout is freed after its last process among them."""
+    """`encode(process)`: the X events of each of `processes` in turn, as pieces to join
+    (`layout_chrome.encoder_by_process`: args and layouts freed as they are done)."""
     encoder = _SliceEncoder()
-    left = Counter(id(process.layout) for process in processes)  # processes still to print per layout
-
-    def encode(process: Process) -> list[bytes]:
-        parts = encoder.process_parts(process)
-        process.release()  # one process's args at a time (a log has a dict per node)
-        left[id(process.layout)] -= 1
-        if not left[id(process.layout)]:
-            encoder.finished(process.layout)
-        return parts
-
-    return encode
+    return encoder_by_process(processes, lambda process, _: encoder.process_parts(process), encoder.finished)
 
 
 _SLICE_COUNT = operator.attrgetter("slice_count")

@@ -4,9 +4,10 @@ A writer that has made its whole plan in this process (the model, the processes 
 timeline) forks workers that encode parts of it; the parts need no pickling on the way in,
 and only their bytes (in temporary files) and small results come back. The Chakra writer
 forks one worker per share of ranks (`chakra.write_ranks_in_parallel`); the timeline writers
-(Chrome JSON, .pftrace) use `draw_in_workers`: contiguous blocks of ranks, each placed and
-encoded by one worker, written one after the other so the output is the same bytes whatever
-the number of workers (`write_processes` does the encoding part alone for a plan made here).
+(Chrome JSON, .pftrace) go through `draw`, which uses `draw_in_workers` for big traces:
+contiguous blocks of ranks, each placed and encoded by one worker, written one after the
+other so the output is the same bytes whatever the number of workers (`write_processes` does
+the encoding part alone for a plan made here).
 
 Workers ignore Ctrl-C (the parent stops them); a worker that dies (killed, out of memory)
 fails the run with one error (`WorkerFailed`), so the writer's `atomic_file` leaves no output.
@@ -26,7 +27,7 @@ from typing import Any, BinaryIO, Callable, Sequence
 
 from ..diagnostics import InputError
 from ..gc_pause import paused_gc
-from .layout_chrome import Plan, PlanStart, Process, ProcessHead, write_parts
+from .layout_chrome import Plan, PlanStart, Process, ProcessHead, plan_from, write_parts
 
 # Work worth a second process: below this many nodes (or slices), starting workers costs more than it saves.
 PARALLEL_MIN_NODES = 200_000
@@ -203,6 +204,22 @@ def _how_it_ended(status: int) -> str:
 
 
 # ---------------------------------------------------------------- timelines (Chrome JSON, Perfetto)
+
+
+def draw(start: PlanStart, out: BinaryIO, options, beside: Path | None,
+         write_head: Callable[[Plan, BinaryIO], None],
+         make_encoder: Callable[[list[Process]], Callable[[Process], list[bytes]]]) -> Plan:
+    """A timeline writer's head and processes for the drawn ranks of `start`: by forked workers
+    (`draw_in_workers`) when `workers_for` finds the work big enough or --jobs asks, else here.
+    The same bytes either way; returns the plan, the caller writes what follows the processes."""
+    jobs = min(workers_for(options, start.drawn_work()), len(start.drawn))
+    if jobs > 1:
+        return draw_in_workers(start, out, jobs, beside, write_head, make_encoder)
+    plan = plan_from(start)
+    with paused_gc():
+        write_head(plan, out)
+        write_processes(out, plan.processes, make_encoder, 1)
+    return plan
 
 
 def draw_in_workers(

@@ -50,6 +50,7 @@ import functools
 import math
 import operator
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress, count, islice, repeat
 from typing import Any, Callable
@@ -336,6 +337,25 @@ def lookup_encoded(cache: dict, keys: list, values: list, encode) -> list[bytes]
 
 
 WRITE_PARTS = 1 << 14  # pieces joined per write: a process's whole text (megabytes for a log's rank) is never made
+
+
+def encoder_by_process(processes: list[Process], encode_one: Callable[[Process, int], list[bytes]],
+                       finished: Callable[[Layout], None]) -> Callable[[Process], list[bytes]]:
+    """`encode(process)` for each of `processes` in turn: `encode_one(process, how many later
+    processes among them share its layout)`, then the process's args are freed (a log has a
+    dict per node) and, after a layout's last process, `finished(layout)` frees its encoding."""
+    left = Counter(id(process.layout) for process in processes)
+
+    def encode(process: Process) -> list[bytes]:
+        layout = process.layout
+        left[id(layout)] -= 1
+        parts = encode_one(process, left[id(layout)])
+        process.release()
+        if not left[id(layout)]:
+            finished(layout)
+        return parts
+
+    return encode
 
 
 def write_parts(out, parts: list[bytes]) -> None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import operator
 import struct
-from collections import Counter, defaultdict
+from collections import defaultdict
 from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -53,10 +53,10 @@ from ..diagnostics import Diagnostics
 from ..gc_pause import paused_gc
 from ..timeline import Timeline
 from .atomic import atomic_file
-from .forked import draw_in_workers, workers_for
+from .forked import draw, write_processes
 from .layout_chrome import (
     FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, OWN_FIELDS, ArgsRows, ArgsShape, Layout, Plan, Process, lookup_encoded,
-    plan_from, report_iteration, start_plan, write_parts,
+    encoder_by_process, report_iteration, start_plan,
 )
 
 SEQUENCE_ID = 1  # the first packet and the track descriptors
@@ -73,13 +73,8 @@ def write(trace, output, options=None, diagnostics: Diagnostics | None = None, t
     diagnostics = diagnostics if diagnostics is not None else Diagnostics()
     output = Path(output)
     start = start_plan(trace, options, diagnostics, timeline)
-    jobs = min(workers_for(options, start.drawn_work()), len(start.drawn))
     with atomic_file(output) as out:
-        if jobs > 1:
-            plan = draw_in_workers(start, out, jobs, output.parent, write_head, process_encoder)
-        else:
-            plan = plan_from(start)
-            write_plan(plan, out)
+        plan = draw(start, out, options, output.parent, write_head, process_encoder)
     report_iteration(plan, diagnostics)
 
 
@@ -90,9 +85,7 @@ def write_plan(plan: Plan, out: BinaryIO) -> None:
 
 def write_packets(plan: Plan, out: BinaryIO) -> None:
     write_head(plan, out)
-    encode = process_encoder(plan.processes)
-    for process in plan.processes:
-        write_parts(out, encode(process))
+    write_processes(out, plan.processes, process_encoder, 1)
 
 
 def write_head(plan: Plan, out: BinaryIO) -> None:
@@ -108,21 +101,14 @@ def write_head(plan: Plan, out: BinaryIO) -> None:
 
 def process_encoder(processes: list[Process]):
     """`encode(process)`: the packets of each of `processes` in turn (`encode_process`), as
-    pieces to join; a process's args are freed once encoded (a log has a dict per node), and
-    a layout's encoding after its last process among them."""
+    pieces to join (`layout_chrome.encoder_by_process`: args and layouts freed as they are done).
+    A layout is shared when a later process has it too, or an earlier one encoded it."""
     encoder = _EventEncoder()
-    left = Counter(id(process.layout) for process in processes)  # processes still to encode per layout
 
-    def encode(process: Process) -> list[bytes]:
-        layout = process.layout
-        parts = encode_process(process, encoder, shared=left[id(layout)] > 1 or "perfetto" in layout.cache)
-        process.release()
-        left[id(layout)] -= 1
-        if not left[id(layout)]:
-            encoder.finished(layout)
-        return parts
+    def encode_one(process: Process, later: int) -> list[bytes]:
+        return encode_process(process, encoder, shared=later > 0 or "perfetto" in process.layout.cache)
 
-    return encode
+    return encoder_by_process(processes, encode_one, encoder.finished)
 
 
 def encode_process(process: Process, encoder: _EventEncoder | None = None, shared: bool = False) -> list[bytes]:
