@@ -274,22 +274,12 @@ def draw_in_workers(
     def print_block(k: int, flows: dict) -> None:
         for process in placed:
             process.flow_pairs = flows[process.pid]
-        target = out if k == 0 else open(files[k - 1].fileno(), "wb", buffering=1 << 20, closefd=False)
-        encode = make_encoder(placed)
-        for process in placed:
-            write_parts(target, encode(process))
-        if target is not out:
-            target.close()  # flushes into the temporary file
+        files.print(k, placed, make_encoder)
 
-    files = [tempfile.TemporaryFile(dir=beside) for _ in blocks[1:]]
-    try:
+    with _BlockFiles(out, len(blocks), beside) as files:
         with paused_gc():  # the workers' too: 100,000s of comm slices and pieces, no cycles
             run_forked_in_two_rounds(place, assign_flows, print_block, len(blocks), "a worker drawing the timeline")
-        for f in files:
-            copy_into(out, f)
-    finally:
-        for f in files:
-            f.close()
+        files.join()
     plan = plans[0]
     if start.beside is not None:
         write_parts(out, make_encoder([start.beside])(start.beside))
@@ -308,30 +298,42 @@ def write_processes(out: BinaryIO, processes: Sequence, make_encoder: Callable[[
     into `out` after the first block. With one block this is the plain loop.
     """
     blocks = split_blocks(processes, jobs, weight)
-    if len(blocks) <= 1:
+    with _BlockFiles(out, len(blocks), beside) as files:
+        if len(blocks) <= 1:
+            files.print(0, processes, make_encoder)
+            return
+        run_forked(lambda k: files.print(k, blocks[k], make_encoder), len(blocks), "a worker encoding the timeline")
+        files.join()
+
+
+class _BlockFiles:
+    """Where each worker prints its block of processes: the first (this process) into `out`,
+    worker k > 0 into an unnamed temporary file in `beside` (nothing is left behind, even when
+    killed), copied into `out` after the first block, in order (`join`)."""
+
+    def __init__(self, out: BinaryIO, blocks: int, beside: Path | None):
+        self.out = out
+        self.files = [tempfile.TemporaryFile(dir=beside) for _ in range(blocks - 1)]
+
+    def __enter__(self) -> "_BlockFiles":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for f in self.files:
+            f.close()
+
+    def print(self, k: int, processes: Sequence, make_encoder: Callable[[Sequence], Callable[[Any], list[bytes]]]) -> None:
+        """Worker k's block: the pieces of each process as `make_encoder(processes)` encodes them."""
+        target = self.out if k == 0 else open(self.files[k - 1].fileno(), "wb", buffering=1 << 20, closefd=False)
         encode = make_encoder(processes)
         for process in processes:
-            write_parts(out, encode(process))
-        return
-    files = [tempfile.TemporaryFile(dir=beside) for _ in blocks[1:]]
-    try:
-        def encode_block(k: int) -> None:
-            if k == 0:
-                target, own = out, None
-            else:
-                target = own = open(files[k - 1].fileno(), "wb", buffering=1 << 20, closefd=False)
-            encode = make_encoder(blocks[k])
-            for process in blocks[k]:
-                write_parts(target, encode(process))
-            if own is not None:
-                own.close()  # flushes into the temporary file
+            write_parts(target, encode(process))
+        if target is not self.out:
+            target.close()  # flushes into the temporary file
 
-        run_forked(encode_block, len(blocks), "a worker encoding the timeline")
-        for f in files:
-            copy_into(out, f)
-    finally:
-        for f in files:
-            f.close()
+    def join(self) -> None:
+        for f in self.files:
+            copy_into(out=self.out, source=f)
 
 
 def split_blocks(items: Sequence, parts: int, weight: Callable[[Any], int] | None = None) -> list[list]:
