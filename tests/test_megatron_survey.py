@@ -21,7 +21,8 @@ KIND = SubOpKind((4, 8), "torch.float32", "tp", "allreduce", "linear_fwd", "allr
 
 
 def counted_reading(records: list[OpRecord]) -> tuple[str, str]:
-    """subop_reading as it was: every sub-operation of every step counted under both readings."""
+    """subop_reading as it was: every sub-operation of every step counted under both readings
+    (the verdict from the counts is the builder's own)."""
     total = as_end = as_start = 0
     for record in records:
         subs = record.sub_ops
@@ -32,13 +33,7 @@ def counted_reading(records: list[OpRecord]) -> tuple[str, str]:
         for stamp, duration in zip(subs.stamps, subs.durations):
             as_end += stamp - duration < low or stamp > high
             as_start += stamp < low or stamp + duration > high
-    if total == 0:
-        return "end", "no sub-operations"
-    if as_start > as_end:
-        return "end", f"read as start times, {as_start} of {total} sub-operations would end outside their step"
-    if as_end > as_start:
-        return "start", f"read as end times, {as_end} of {total} sub-operations would start outside their step"
-    return "end", f"both readings fit all {total} sub-operations; end times assumed (the tracer's usual stamp)"
+    return megatron.reading_of_counts(total, as_end, as_start)
 
 
 def counted_earliest(records: list[OpRecord], reading: str) -> dict[int, int]:
@@ -151,3 +146,13 @@ def test_a_record_with_other_sub_operations_is_what_replace_makes():
     assert made == expected and [getattr(made, f.name) for f in fields(OpRecord)] == [
         getattr(expected, f.name) for f in fields(OpRecord)]
     assert len({getattr(record, f.name) is not None for f in fields(OpRecord)}) == 1  # every field set, so all are compared
+
+
+def test_the_reading_and_its_reason_from_the_counts():
+    assert megatron.reading_of_counts(0, 0, 0) == ("end", "no sub-operations")
+    assert megatron.reading_of_counts(10, 1, 3) == (
+        "end", "read as start times, 3 of 10 sub-operations would end outside their step")
+    assert megatron.reading_of_counts(10, 4, 2) == (
+        "start", "read as end times, 4 of 10 sub-operations would start outside their step")
+    assert megatron.reading_of_counts(7, 2, 2) == (
+        "end", "both readings fit all 7 sub-operations; end times assumed (the tracer's usual stamp)")

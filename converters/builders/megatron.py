@@ -438,6 +438,11 @@ def subop_reading(records: list[OpRecord]) -> tuple[str, str]:
             outside_as_start += _outside(subs.stamps, list(map(operator.add, subs.stamps, subs.durations)), low, high)
         elif last_stamp + longest > high:  # none starts early: count the late ends alone
             outside_as_start += sum(map(operator.lt, repeat(high), map(operator.add, subs.stamps, subs.durations)))
+    return reading_of_counts(total, outside_as_end, outside_as_start)
+
+
+def reading_of_counts(total: int, outside_as_end: int, outside_as_start: int) -> tuple[str, str]:
+    """The reading that puts fewer of `total` sub-operations outside their step, and why."""
     if total == 0:
         return "end", "no sub-operations"
     if outside_as_start > outside_as_end:
