@@ -204,29 +204,38 @@ def _convert(paths: list[Path], output: str | Path, to: str | None, fmt: str, op
              diagnostics: Diagnostics) -> ExecutionTrace:
     by_workers = _written_by_workers(paths, fmt, to, Path(output), options)
     if by_workers is not None:
-        from . import rank_files
-
-        name, per_rank_format = by_workers
+        name, per_rank_format, written = by_workers
         _note_reading(paths, name, diagnostics)
-        return rank_files.convert(per_rank_format, paths, Path(output), options, diagnostics,
-                                  lambda trace: _after_load(trace, name, paths, diagnostics, demote=False))
+        finish_read = lambda trace: _after_load(trace, name, paths, diagnostics, demote=False)  # noqa: E731
+        if written == "chakra":
+            from . import rank_files
+
+            return rank_files.convert(per_rank_format, paths, Path(output), options, diagnostics, finish_read)
+        from . import rank_timelines
+
+        return rank_timelines.convert(per_rank_format, paths, Path(output), written, options, diagnostics, finish_read)
     trace = read(paths, fmt, options, diagnostics)
     write(trace, output, to, options, diagnostics)
     return trace
 
 
+# Outputs the workers (--jobs, --cluster) of per-rank inputs write where the ranks are.
+WRITTEN_BY_WORKERS = ("chakra", "chrome", "perfetto")
+
+
 def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Path, options: Options):
-    """(input format name, per-rank format) when workers (--jobs, --cluster) write a Chakra set's
-    rank files, or None."""
-    if output_format(to, output).name != "chakra":
+    """(input format name, per-rank format, output format name) when workers (--jobs, --cluster)
+    write a Chakra set's rank files or draw a timeline's ranks, or None."""
+    written = output_format(to, output).name
+    if written not in WRITTEN_BY_WORKERS:
         return None
-    from .builders import per_rank  # (multiprocessing: imported only for a Chakra set)
+    from .builders import per_rank  # (multiprocessing: imported only when it may be used)
 
     if not per_rank.uses_workers(options, paths):
         return None
     name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
     found = getattr(importlib.import_module(input_format(name).load.partition(":")[0]), "PER_RANK_FORMAT", None)
-    return (name, found) if found is not None and found.parts_stay_with_workers else None
+    return (name, found, written) if found is not None and found.parts_stay_with_workers else None
 
 
 def simulate(

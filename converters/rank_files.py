@@ -56,7 +56,7 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
         with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
             trace = workers.keep_parts(diagnostics).trace
             checked = workers.each_rank(_finish_and_check, (replace(trace, ranks={}), options), "checking")
-        _record_demoted(trace, checked)
+        record_demoted(trace, checked)
         trace.ranks = {rank.rank: rank for rank in map(from_skeleton, checked)}
         finish_read(trace)
         try:
@@ -64,7 +64,7 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
                 _write_if_clean(trace, output, options, diagnostics, workers, all(facts.clean for facts in checked))
             return trace
         except Reported:
-            trace.ranks = dict(zip(trace.ranks, workers.each_rank(_whole, None, "sending")))
+            trace.ranks = dict(zip(trace.ranks, workers.each_rank(whole, None, "sending")))
     from .api import write
 
     write(trace, output, "chakra", options, diagnostics)
@@ -171,11 +171,12 @@ def from_skeleton(facts: RankFacts) -> Rank:
     return facts.rank
 
 
-def _whole(rank: Rank, _) -> Rank:
+def whole(rank: Rank, _) -> Rank:
+    """The rank itself, nodes and all: `each_rank(whole, None, ...)` brings every rank here."""
     return rank
 
 
-def _record_demoted(trace: ExecutionTrace, checked: list[RankFacts]) -> None:
+def record_demoted(trace: ExecutionTrace, checked: list[RankFacts]) -> None:
     """What `demote_one_rank_collectives` records when it runs on the whole model."""
     demoted = [facts for facts in checked if facts.demoted]
     if demoted:

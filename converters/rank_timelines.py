@@ -1,0 +1,189 @@
+"""A timeline (Chrome JSON or .pftrace) of per-rank inputs, placed and printed where the ranks
+were built (--jobs, --cluster): this process never holds a rank's nodes.
+
+The steps are those of a local run, in the same order, so the bytes are the same:
+
+1. The workers build and finish their files' ranks (`Workers.keep_parts`) and turn
+   one-member collectives into compute, as `api.read` does. Of each rank this process gets
+   its shell (no nodes), its earliest start and its size (`RankTimes`).
+2. This process chooses the drawn ranks and the shift, as `layout_chrome.start_plan` does,
+   from the shells.
+3. Each worker places its drawn ranks (`_Planner.place_rank`) and sends back the processes'
+   heads and communication slices. This process adds those in drawn order, numbers the flows
+   (`_Planner.assign_flows`) and writes the head.
+4. Each worker prints each of its processes into its own part file, in a folder beside the
+   output (which a cluster's workers must be able to write, as for a Chakra set). This process
+   appends the parts in drawn order, removes them and writes the tail.
+
+Only measured timelines are drawn this way. A scheduled timeline needs every rank's nodes in
+one place (the scheduler), and a modelled one may draw a process of the whole run beside the
+ranks: their ranks come here and are written the local way.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from array import array
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from . import progress
+from .builders import per_rank
+from .builders.one_rank import KEPT, demote_one_rank_collectives
+from .diagnostics import Diagnostics, InputError
+from .model import ExecutionTrace, Rank
+from .options import Options
+from .timeline import Timeline, measured_timeline
+from .writers import chrome, perfetto
+from .writers.atomic import atomic_file
+from .writers.forked import copy_into
+from .writers.layout_chrome import (PlanStart, ProcessHead, _Planner, choose_ranks, one_clock, report_iteration,
+                                    write_parts)
+
+# What each timeline format writes around the processes: (head, encoder of a block of processes).
+WRITERS = {
+    "chrome": (chrome.write_head, chrome.process_encoder),
+    "perfetto": (perfetto.write_head, perfetto.process_encoder),
+}
+
+
+@dataclass
+class RankTimes:
+    """What a worker tells about one finished rank: its shell (no nodes, no display spans), its
+    earliest start (None without nodes), the earliest start of its display spans (None without
+    any), and the one-member collectives it turned into compute."""
+
+    rank: Rank
+    first_start: int | None
+    display_start: int | None
+    demoted: int
+    first: str
+
+
+def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, writer: str, options: Options,
+            diagnostics: Diagnostics, finish_read: Callable[[ExecutionTrace], None]) -> ExecutionTrace:
+    """Read `paths` and write the timeline `output` (`writer`: "chrome" or "perfetto"); returns the
+    model (each rank's shell when the workers drew it). `finish_read(trace)` does what `api.read`
+    does after a load, but the one-member-collective pass (done on the workers)."""
+    from .rank_files import record_demoted, whole
+
+    with per_rank.start_workers(fmt, paths, options) as workers:
+        with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
+            trace = workers.keep_parts(diagnostics).trace
+            facts = workers.each_rank(_finish_and_measure, replace(trace, ranks={}), "measuring")
+        record_demoted(trace, facts)
+        trace.ranks = {f.rank.rank: f.rank for f in facts}
+        finish_read(trace)
+        if trace.timing == "measured":
+            with progress.bar(f"drawing {output} on the workers"):
+                _draw(workers, trace, facts, output, writer, options, diagnostics)
+            return trace
+        trace.ranks = dict(zip(trace.ranks, workers.each_rank(whole, None, "sending")))
+    from .api import write
+
+    write(trace, output, writer, options, diagnostics)
+    return trace
+
+
+def _finish_and_measure(rank: Rank, shell: ExecutionTrace) -> RankTimes:
+    one = replace(shell, ranks={rank.rank: rank}, metadata={}, assumptions=[])
+    demoted = demote_one_rank_collectives(one)
+    first = one.metadata[KEPT]["first"] if demoted else ""
+    starts = [n.start_ns or 0 for n in rank.nodes]  # as measured_timeline reads them
+    display = [span.start_ns for span in rank.display]
+    return RankTimes(replace(rank, nodes=[], display=[]), min(starts, default=None), min(display, default=None),
+                     demoted, first)
+
+
+def _start(trace: ExecutionTrace, facts: list[RankTimes], options: Options, diagnostics: Diagnostics) -> PlanStart:
+    """`layout_chrome.start_plan` of a measured trace, from its ranks' shells and times."""
+    timeline = Timeline({}, {}, "measured")
+    drawn = choose_ranks(trace, options, diagnostics)
+    by_rank = {f.rank.rank: f for f in facts}
+    shift = min((f.first_start for f in facts if f.first_start is not None), default=0)
+    shift = min([shift, *(by_rank[r].display_start for r in drawn if by_rank[r].display_start is not None)])
+    planner = _Planner(trace, timeline, shift, diagnostics)
+    return PlanStart(trace, timeline, drawn, shift, planner, one_clock(trace, timeline), None)
+
+
+def _draw(workers: per_rank.Workers, trace: ExecutionTrace, facts: list[RankTimes], output: Path, writer: str,
+          options: Options, diagnostics: Diagnostics) -> None:
+    write_head, make_encoder = WRITERS[writer]
+    start = _start(trace, facts, options, diagnostics)
+    placing = (replace(trace, ranks={}), start.shift, frozenset(start.drawn))
+    placed = {head.rank: (head, comm) for file_results in workers.step(_place, placing, "placing")
+              for head, comm in file_results}
+    heads = [placed[r][0] for r in start.drawn]
+    plan = start.plan(heads, _assign_flows(start, [placed.pop(r) for r in start.drawn]))
+    flows = {head.pid: start.planner.flows_of_pid[head.pid] for head in heads}
+    start.planner.forget_comm()
+    parts = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        with _opened(output, writer) as out:
+            write_head(plan, out)
+            workers.step(_print, (flows, str(parts.resolve()), make_encoder, str(output)), "printing")
+            for head in heads:  # in drawn order, as one process prints them
+                part = parts / f"{head.pid}.part"
+                with open(part, "rb") as source:
+                    copy_into(out, source)
+                part.unlink()
+            if writer == "chrome":
+                chrome.write_tail(plan, out)
+                json_bytes = out.tell()
+        if writer == "chrome":
+            chrome.warn_if_large(plan, json_bytes, output, diagnostics)
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
+    report_iteration(plan, diagnostics)
+
+
+def _assign_flows(start: PlanStart, placed: list[tuple[ProcessHead, list]]) -> int:
+    """The flows between the drawn processes' communication slices (`placed`, in drawn order),
+    numbered as one process numbers them; returns their count."""
+    planner = start.planner
+    for head, comm in placed:
+        planner.flows_of_pid[head.pid] = array("q")
+        planner.add_comm(head.rank, comm)
+    return planner.assign_flows() if start.flows else 0
+
+
+def _opened(output: Path, writer: str):
+    return chrome.open_output(output) if writer == "chrome" else atomic_file(output)
+
+
+# Steps on the workers (`per_rank.Workers.step`): each file's finished ranks become its drawn
+# processes, then nothing once they are printed.
+
+def _place(fmt: per_rank.PerRankFormat, options: Options, ranks: list[Rank], placing) -> tuple[list, list]:
+    """Place this file's drawn ranks; the processes stay here, their heads and comm slices go back."""
+    shell, shift, drawn = placing
+    mine = {rank.rank: rank for rank in ranks if rank.rank in drawn}
+    trace = replace(shell, ranks={rank.rank: rank for rank in ranks})
+    planner = _Planner(trace, measured_timeline(replace(trace, ranks=mine)), shift, Diagnostics())
+    planner.comm_out = comms = []
+    processes = [planner.place_rank(rank) for rank in mine.values()]
+    planner.comm_out = None
+    lists_drawn = Counter(id(rank.nodes) for rank in mine.values())
+    for tpl in planner.templates.values():  # as in one process: args rows only for a list one rank draws
+        tpl.drawn = lists_drawn[id(tpl.nodes)]
+    return processes, [(ProcessHead.of(process), comm) for process, comm in zip(processes, comms)]
+
+
+def _print(fmt: per_rank.PerRankFormat, options: Options, processes: list, printing) -> tuple[None, None]:
+    """Print each of this file's processes into its part file (named by its pid)."""
+    flows, folder, make_encoder, output = printing
+    for process in processes:
+        process.flow_pairs = flows[process.pid]
+    encode = make_encoder(processes)
+    for process in processes:
+        try:
+            with open(Path(folder) / f"{process.pid}.part", "wb", buffering=1 << 20) as out:
+                write_parts(out, encode(process))
+        except OSError as e:  # a worker elsewhere may not see the output folder
+            raise InputError(output, f"cannot write rank {process.rank}'s part of the timeline on a worker: "
+                                     f"{e.strerror or e} (the output folder must be writable by every worker "
+                                     "under this path)") from None
+    return None, None

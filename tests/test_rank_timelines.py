@@ -1,0 +1,102 @@
+"""Timelines of per-rank logs drawn where the ranks were built (--jobs, --cluster;
+converters/rank_timelines.py): the bytes of a local run, this process holding no rank's nodes,
+and one clear error with nothing written when a worker fails."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import converters as etc
+from conftest import SAMPLES, run_cli
+from converters import rank_timelines
+from converters.diagnostics import Diagnostics, InputError
+from helpers.megatron_synth import write_run
+
+TIMELINES = ("t.json", "t.json.gz", "t.pftrace")
+
+
+def drawn(tmp_path: Path, paths: list[Path], name: str, *extra: str) -> tuple[dict[str, bytes], str]:
+    """Every timeline output of `paths` (with `extra` options), and what the runs said."""
+    out = tmp_path / name
+    out.mkdir()
+    said = ""
+    for output in TIMELINES:
+        result = run_cli(*paths, "-o", out / output, "-v", *extra)
+        assert result.code == 0, result.stderr
+        said += result.stderr.replace(str(out), "OUT")
+    assert sorted(p.name for p in out.iterdir()) == sorted(TIMELINES)  # no part left behind
+    return {output: (out / output).read_bytes() for output in TIMELINES}, said
+
+
+def synthetic_logs(tmp_path: Path, **options) -> list[Path]:
+    return write_run(tmp_path / "logs", stages=4, tp=2, microbatches=4, **options)
+
+
+@pytest.mark.parametrize("where", [["--jobs", "2"], ["--cluster", "local:2"]], ids=["jobs", "cluster"])
+@pytest.mark.parametrize("logs_of", ["sample", "synthetic"])
+def test_workers_draw_the_local_bytes(tmp_path, where, logs_of):
+    if where[0] == "--cluster":
+        pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    # 4 ranks (TP 1, PP 2, DP 2): one-member collectives turned into compute on the workers;
+    # 8 ranks (TP 2, PP 4): tp all-reduces, sends and receives between stages
+    paths = sorted((SAMPLES / "megatron_tp1_pp2_dp2").glob("*.log")) if logs_of == "sample" else synthetic_logs(tmp_path)
+    here, said_here = drawn(tmp_path, paths, "here")
+    there, said_there = drawn(tmp_path, paths, "there", *where)
+    assert here == there
+    assert said_here == said_there
+    assert b'"flow_out":true' in here["t.json"]  # arrows between the workers' ranks
+    # through the API too: the workers drew the ranks, this process holds only their shells
+    option = {"jobs": 2} if where[0] == "--jobs" else {"cluster": "local:2"}
+    trace = etc.convert(paths, tmp_path / "api.json", diagnostics=Diagnostics(), **option)
+    assert (tmp_path / "api.json").read_bytes() == here["t.json"]
+    assert sorted(trace.ranks) == list(range(len(paths)))
+    assert all(not rank.nodes for rank in trace.ranks.values())
+
+
+def test_a_subset_of_ranks_and_a_log_without_flows_give_the_local_bytes(tmp_path):
+    paths = synthetic_logs(tmp_path)
+    here, _ = drawn(tmp_path, paths, "here", "--ranks", "1,2,5")
+    there, _ = drawn(tmp_path, paths, "there", "--ranks", "1,2,5", "--jobs", "3")
+    assert here == there
+    # scaling mode: each rank on its own clock, so no arrows; with --retime the scheduler times
+    # the ranks, in this process (the workers send them here)
+    scaling = write_run(tmp_path / "scaling", stages=2, tp=2, microbatches=2, scaling=True)
+    for extra in ([], ["--retime"]):
+        here, _ = drawn(tmp_path, scaling, f"s-here{len(extra)}", *extra)
+        there, _ = drawn(tmp_path, scaling, f"s-there{len(extra)}", "--jobs", "2", *extra)
+        assert here == there
+        assert (b'"flow_out":true' in here["t.json"]) == bool(extra)
+
+
+_real_write_parts = rank_timelines.write_parts
+
+
+def _dying_printer(out, parts):
+    if out.name.endswith("/6.part"):  # rank 5's process (pid = rank + 1)
+        os._exit(1)  # the worker process dies after printing some ranks
+    _real_write_parts(out, parts)
+
+
+def _full_disk(out, parts):
+    raise OSError(28, "No space left on device", out.name)
+
+
+@pytest.mark.parametrize("printer", [_dying_printer, _full_disk], ids=["dies", "disk-full"])
+def test_a_worker_that_fails_while_printing_leaves_no_output(tmp_path, monkeypatch, printer):
+    paths = synthetic_logs(tmp_path)
+    monkeypatch.setattr(rank_timelines, "write_parts", printer)  # the workers are forked with it
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(InputError) as caught:
+        etc.convert(paths, out / "t.json", diagnostics=Diagnostics(), jobs=2)
+    if printer is _dying_printer:
+        expected = rf"a --jobs worker process died while printing {tmp_path}/logs/rank\d\.log or a file after it"
+    else:
+        expected = (rf"{out}/t.json: cannot write rank 0's part of the timeline on a worker: No space left on device "
+                    r"\(the output folder must be writable by every worker under this path\)")
+    assert re.fullmatch(expected, str(caught.value))
+    assert list(out.iterdir()) == []  # no output, no folder of parts
