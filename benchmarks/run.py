@@ -214,33 +214,30 @@ def bench_measured_set(work: Path, runs: int) -> None:
     print(f"7. Per-rank Megatron logs: {len(logs)} files, {size / 1e6:.1f} MB (TP 2, PP 4, DP 2, 128 microbatches, "
           "32 layers); targets >= 20 MB/s, peak RSS <= 2 x input + 200 MB "
           f"= {2 * size / 2**20 + 200:.0f} MB")
-    for label, output in (("json", work / "set46.json"), ("pftrace", work / "set46.pftrace")):
-        for jobs in ("1", "2"):
-            r = median_runs([measure(et_convert(work / "set46", "--jobs", jobs, "-q", "-o", output))
-                             for _ in range(runs)])
-            before_s, before_mb = BEFORE_46MB[label]
-            print(f"   {label:8} --jobs {jobs}: {r.seconds:6.2f} s  {size / 1e6 / r.seconds:5.1f} MB/s  "
-                  f"({r.cpu_seconds:5.2f} s CPU)  {r.peak_rss_mb:5.0f} MB RSS   (before: {before_s} s, {before_mb} MB: "
-                  f"{before_s / r.seconds:.2f}x faster, {r.peak_rss_mb / before_mb:.2f} of the memory)")
-    # Chakra: with workers, they write the rank files; the client and the workers measured apart
+    # With workers (the default for timelines of a set this big, --jobs 2, a Dask cluster), they
+    # read their files and write their ranks (a Chakra set's rank files, a timeline's processes);
+    # the client and the workers are measured apart.
     try:
         import distributed  # noqa: F401
         clusters = ["--cluster local:1", "--cluster local:2"]  # the cluster's start (about 2 s) is included
     except ImportError:
         print("   Dask: not installed (pip install 'et-convert[cluster]'); 1 vs 2 workers skipped")
         clusters = []
-    before_s, before_mb = BEFORE_46MB["chakra"]
-    for where in ["--jobs 1", "--jobs 2", *clusters]:
-        split = [measure_client_and_workers(work / "set46", "--to", "chakra", *where.split(), "-q",
-                                            "-o", work / "set46_chakra" / "w") for _ in range(runs)]
-        seconds = statistics.median(s["seconds"] for s in split)
-        client, workers = ({key: statistics.median(s[who][key] for s in split) for key in ("cpu_s", "peak_rss_mb")}
-                           for who in ("client", "workers"))
-        print(f"   chakra {where:18}: {seconds:6.2f} s  {size / 1e6 / seconds:5.1f} MB/s   client {client['cpu_s']:5.2f} s CPU "
-              f"{client['peak_rss_mb']:4.0f} MB RSS" + (f",  workers {workers['cpu_s']:5.2f} s CPU (together) "
-                                                        f"{workers['peak_rss_mb']:4.0f} MB RSS (the largest)"
-                                                        if workers["cpu_s"] else "")
-              + f"   (before: {before_s} s, {before_mb} MB)")
+    outputs = {"json": ["-o", work / "set46.json"], "pftrace": ["-o", work / "set46.pftrace"],
+               "chakra": ["--to", "chakra", "-o", work / "set46_chakra" / "w"]}
+    for label, output in outputs.items():
+        before_s, before_mb = BEFORE_46MB[label]
+        for where in ["(default)", "--jobs 1", "--jobs 2", *clusters]:
+            options = [] if where == "(default)" else where.split()
+            split = [measure_client_and_workers(work / "set46", *options, "-q", *output) for _ in range(runs)]
+            seconds = statistics.median(s["seconds"] for s in split)
+            client, workers = ({key: statistics.median(s[who][key] for s in split) for key in ("cpu_s", "peak_rss_mb")}
+                               for who in ("client", "workers"))
+            print(f"   {label:7} {where:18}: {seconds:6.2f} s  {size / 1e6 / seconds:5.1f} MB/s   client {client['cpu_s']:5.2f} s CPU "
+                  f"{client['peak_rss_mb']:4.0f} MB RSS" + (f",  workers {workers['cpu_s']:5.2f} s CPU (together) "
+                                                            f"{workers['peak_rss_mb']:4.0f} MB RSS (the largest)"
+                                                            if workers["cpu_s"] else "")
+                  + f"   (before: {before_s} s, {before_mb} MB)")
 
 
 def measure_client_and_workers(*args) -> dict:

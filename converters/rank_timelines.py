@@ -120,23 +120,23 @@ def _draw(workers: per_rank.Workers, trace: ExecutionTrace, facts: list[RankTime
     plan = start.plan(heads, _assign_flows(start, [placed.pop(r) for r in start.drawn]))
     flows = {head.pid: start.planner.flows_of_pid[head.pid] for head in heads}
     start.planner.forget_comm()
-    parts = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    try:
-        with _opened(output, writer) as out:
-            write_head(plan, out)
+    with _opened(output, writer) as out:  # (it makes the output's folder)
+        write_head(plan, out)
+        parts = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+        try:
             workers.step(_print, (flows, str(parts.resolve()), make_encoder, str(output)), "printing")
             for head in heads:  # in drawn order, as one process prints them
                 part = parts / f"{head.pid}.part"
                 with open(part, "rb") as source:
                     copy_into(out, source)
                 part.unlink()
-            if writer == "chrome":
-                chrome.write_tail(plan, out)
-                json_bytes = out.tell()
+        finally:
+            shutil.rmtree(parts, ignore_errors=True)
         if writer == "chrome":
-            chrome.warn_if_large(plan, json_bytes, output, diagnostics)
-    finally:
-        shutil.rmtree(parts, ignore_errors=True)
+            chrome.write_tail(plan, out)
+            json_bytes = out.tell()
+    if writer == "chrome":
+        chrome.warn_if_large(plan, json_bytes, output, diagnostics)
     report_iteration(plan, diagnostics)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from converters.api import read
 from converters.diagnostics import Diagnostics, InputError
 from converters.options import Options
 from converters.writers import chrome, forked, layout_chrome, perfetto
+from helpers.megatron_synth import write_run
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -196,25 +198,41 @@ cli.run()
 """
 
 
-def test_the_command_reports_a_killed_worker_in_one_line(tmp_path):
-    target = tmp_path / "out.json"
+def one_file_run(tmp_path: Path) -> list[str]:
+    """A log of 4 ranks in one file: read here, the timeline drawn by forked workers."""
+    (path,) = write_run(tmp_path / "run", stages=2, tp=2, microbatches=4, one_file=True)
+    return [str(path)]
+
+
+# The sample's per-rank files are read and drawn by --jobs workers (converters/rank_timelines.py).
+PER_RANK_FILES = [str(SAMPLES / "megatron_tp2_pp2_dp1"), "--tp", "2", "--pp", "2"]
+
+
+@pytest.mark.parametrize("per_rank", [False, True], ids=["one-file", "per-rank-files"])
+def test_the_command_reports_a_killed_worker_in_one_line(tmp_path, per_rank):
+    target = tmp_path / "out" / "out.json"
+    inputs = PER_RANK_FILES if per_rank else one_file_run(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-c", _RUN_WITH_A_FAILING_WORKER, "kill", str(SAMPLES / "megatron_tp2_pp2_dp1"), "--tp", "2", "--pp", "2",
-         "--jobs", "2", "-o", str(target)],
+        [sys.executable, "-c", _RUN_WITH_A_FAILING_WORKER, "kill", *inputs, "--jobs", "2", "-o", str(target)],
         capture_output=True, text=True, cwd=SAMPLES.parent,
     )
-    assert done.returncode == 2
+    assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
-    assert lines[-1].startswith("et-convert: error: a worker drawing the timeline (process ")
-    assert "was killed by SIGKILL" in lines[-1] and "Traceback" not in done.stderr
-    assert os.listdir(tmp_path) == []
+    if per_rank:
+        assert re.fullmatch(f"et-convert: error: a worker process died while printing {SAMPLES}/megatron_tp2_pp2_dp1/"
+                            r"rank[01]\.log or a file after it", lines[-1])  # the first file of the worker seen dead
+    else:
+        assert lines[-1].startswith("et-convert: error: a worker drawing the timeline (process ")
+        assert "was killed by SIGKILL" in lines[-1]
+    assert os.listdir(target.parent) == []
 
 
-def test_ctrl_c_stops_the_workers_and_leaves_no_output(tmp_path):
+@pytest.mark.parametrize("per_rank", [False, True], ids=["one-file", "per-rank-files"])
+def test_ctrl_c_stops_the_workers_and_leaves_no_output(tmp_path, per_rank):
     target, marker = tmp_path / "out" / "out.json", tmp_path / "marker"
+    inputs = PER_RANK_FILES if per_rank else one_file_run(tmp_path)
     run = subprocess.Popen(
-        [sys.executable, "-c", _RUN_WITH_A_FAILING_WORKER, str(marker), str(SAMPLES / "megatron_tp2_pp2_dp1"), "--tp", "2", "--pp", "2",
-         "--jobs", "2", "-o", str(target)],
+        [sys.executable, "-c", _RUN_WITH_A_FAILING_WORKER, str(marker), *inputs, "--jobs", "2", "-o", str(target)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=SAMPLES.parent, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a shell's background jobs ignore it
     )

@@ -51,8 +51,9 @@ def test_workers_draw_the_local_bytes(tmp_path, where, logs_of):
     assert b'"flow_out":true' in here["t.json"]  # arrows between the workers' ranks
     # through the API too: the workers drew the ranks, this process holds only their shells
     option = {"jobs": 2} if where[0] == "--jobs" else {"cluster": "local:2"}
-    trace = etc.convert(paths, tmp_path / "api.json", diagnostics=Diagnostics(), **option)
-    assert (tmp_path / "api.json").read_bytes() == here["t.json"]
+    trace = etc.convert(paths, tmp_path / "new" / "api.json", diagnostics=Diagnostics(), **option)  # a new folder
+    assert os.listdir(tmp_path / "new") == ["api.json"]
+    assert (tmp_path / "new" / "api.json").read_bytes() == here["t.json"]
     assert sorted(trace.ranks) == list(range(len(paths)))
     assert all(not rank.nodes for rank in trace.ranks.values())
 
@@ -94,9 +95,25 @@ def test_a_worker_that_fails_while_printing_leaves_no_output(tmp_path, monkeypat
     with pytest.raises(InputError) as caught:
         etc.convert(paths, out / "t.json", diagnostics=Diagnostics(), jobs=2)
     if printer is _dying_printer:
-        expected = rf"a --jobs worker process died while printing {tmp_path}/logs/rank\d\.log or a file after it"
+        expected = rf"a worker process died while printing {tmp_path}/logs/rank\d\.log or a file after it"
     else:
         expected = (rf"{out}/t.json: cannot write rank 0's part of the timeline on a worker: No space left on device "
                     r"\(the output folder must be writable by every worker under this path\)")
     assert re.fullmatch(expected, str(caught.value))
     assert list(out.iterdir()) == []  # no output, no folder of parts
+
+
+def test_without_jobs_a_big_set_is_drawn_by_workers_and_a_small_one_here(tmp_path, monkeypatch):
+    from converters import api
+
+    paths = synthetic_logs(tmp_path)
+    local = etc.convert(paths, tmp_path / "local.json", diagnostics=Diagnostics(), jobs=1)
+    small = etc.convert(paths, tmp_path / "small.json", diagnostics=Diagnostics())
+    monkeypatch.setattr(api, "TIMELINE_WORKERS_MIN_BYTES", sum(p.stat().st_size for p in paths))
+    big = etc.convert(paths, tmp_path / "big.pftrace", diagnostics=Diagnostics())
+    chakra = etc.convert(paths, tmp_path / "set" / "w", to="chakra", diagnostics=Diagnostics())
+    assert all(rank.nodes for trace in (local, small, chakra) for rank in trace.ranks.values())
+    assert all(not rank.nodes for rank in big.ranks.values())
+    assert (tmp_path / "small.json").read_bytes() == (tmp_path / "local.json").read_bytes()
+    etc.convert(paths, tmp_path / "local.pftrace", diagnostics=Diagnostics(), jobs=1)
+    assert (tmp_path / "big.pftrace").read_bytes() == (tmp_path / "local.pftrace").read_bytes()

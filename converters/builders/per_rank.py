@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import multiprocessing
+import signal
 from multiprocessing import connection
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,7 +213,9 @@ class ProcessWorkers(Workers):
 
 def _worker(fmt: PerRankFormat, options: Options, files: list[tuple[int, Path]], link) -> None:
     """Survey this worker's files (sending each survey without its records), then run the steps
-    the parent sends over what it keeps of each file."""
+    the parent sends over what it keeps of each file. Ctrl-C is the parent's to handle: it
+    stops the workers (`close`), and a worker's own KeyboardInterrupt would print a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     kept = {}
     index = -1
     try:
@@ -250,7 +253,7 @@ def _collect(links: list, paths: list[Path], doing: str) -> list:
             try:
                 index, value, error = link.recv()
             except EOFError:
-                raise InputError(None, f"a --jobs worker process died while {doing} {paths[k]} or a file after it") from None
+                raise InputError(None, f"a worker process died while {doing} {paths[k]} or a file after it") from None
             if error is not None:
                 errors[index] = error
                 del left[k]
