@@ -83,3 +83,23 @@ def test_two_member_collectives_flow_from_the_earlier_member():
     assert plan.flow_count == 3
     assert flows[0] == {0: 1 << 2 | 1, 1: 2 << 2 | 1, 2: 3 << 2 | 2}
     assert flows[1] == {0: 1 << 2 | 2, 1: 2 << 2 | 2, 2: 3 << 2 | 1}
+
+
+def test_a_member_with_fewer_collectives_leaves_the_later_instances_to_the_others():
+    """A rank whose log was cut short has fewer collectives in a group: its instances k = 0, 1
+    chain all three ranks, instance 2 only the other two (k_th_collectives: ragged members)."""
+    trace = ExecutionTrace()
+    group = trace.add_group("dp", [0, 1, 2])
+    counts = {0: 3, 1: 2, 2: 3}
+    for r, count in counts.items():
+        trace.ranks[r] = Rank(r, nodes=[Node(k, "ar", NodeKind.COLLECTIVE, coll=CollType.ALL_REDUCE, size=64,
+                                             group=group.id) for k in range(count)])
+    starts = {0: [0, 10, 20], 1: [1, 11], 2: [2, 12, 22]}
+    ends = {r: [s + 3 for s in starts[r]] for r in starts}
+    plan = plan_trace(trace, None, None, Timeline(starts, ends, "scheduled"))
+    flows = {p.rank: p.flows for p in plan.processes}
+    out, step, into = 1, 3, 2
+    assert plan.flow_count == 3
+    assert flows[0] == {0: 1 << 2 | out, 1: 2 << 2 | out, 2: 3 << 2 | out}
+    assert flows[1] == {0: 1 << 2 | step, 1: 2 << 2 | step}
+    assert flows[2] == {0: 1 << 2 | into, 1: 2 << 2 | into, 2: 3 << 2 | into}

@@ -52,7 +52,7 @@ import operator
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import compress, count, islice, repeat
+from itertools import compress, count, islice, repeat, zip_longest
 from typing import Any, Callable
 
 import orjson
@@ -693,7 +693,7 @@ class _Planner:
         # comm slices for flows (ints, see _POSITION_BITS), filled by place_rank in program order
         self.sends: dict[tuple, list[int]] = {}  # (src, dst, tag) -> sends
         self.recvs: dict[tuple, list[int]] = {}  # (src, dst, tag) -> receives
-        self.instances: dict[int | None, list[list[int]]] = {}  # group -> k -> members of the k-th collective
+        self.instances: dict[int | None, list[list[int]]] = {}  # group -> each member's collectives, in drawn order
         self.flows_of_pid: dict[int, array] = {}  # pid -> its Process.flow_pairs
         self.comm_out: list | None = None  # set: collect_comm appends each rank's comm_slices here instead
 
@@ -954,15 +954,11 @@ class _Planner:
         """Add one rank's `comm_slices` (drawn ranks in drawn order: flow ids follow this order)."""
         coll_members, p2p_ends = comm
         for gid, members in coll_members:
-            instances = self.instances.get(gid)
-            if instances is None:
-                instances = self.instances[gid] = []
-            have = len(instances)
-            for k, member in enumerate(members):
-                if k < have:
-                    instances[k].append(member)
-                else:
-                    instances.append([member])
+            of_members = self.instances.get(gid)
+            if of_members is None:
+                self.instances[gid] = [members]
+            else:
+                of_members.append(members)
         for kind, peer, tag, ends in p2p_ends:
             if kind == NodeKind.SEND:
                 self.sends[(r, peer, tag)] = ends
@@ -986,8 +982,8 @@ class _Planner:
                 self.set_flow(second, next_id, FLOW_IN)
                 next_id += 1
         flows_of_pid = self.flows_of_pid
-        for instances in self.instances.values():
-            for members in instances:
+        for of_members in self.instances.values():
+            for members in k_th_collectives(of_members):
                 if len(members) == 2:  # a TP-2 log's rule (100,000s of pairs): no sort and no chain
                     first, second = members
                     if second < first:
@@ -1000,7 +996,7 @@ class _Planner:
                     continue
                 if len(members) < 2:
                     continue
-                members.sort()  # by entry time, then rank (tids grow with the rank)
+                members = sorted(members)  # by entry time, then rank (tids grow with the rank)
                 for member, direction in zip(members, _chain(len(members))):  # set_flow, inlined: 100,000s of members
                     tid = member >> _POSITION_BITS & _TID_MASK
                     flows_of_pid[tid // TID_STRIDE].extend((member & _POSITION_MASK, next_id << 2 | direction))
@@ -1012,6 +1008,19 @@ class _Planner:
     def forget_comm(self) -> None:
         """Drop the comm slices collected for the flows."""
         self.sends, self.recvs, self.instances, self.flows_of_pid = {}, {}, {}, {}
+
+
+def k_th_collectives(of_members: list[list[int]]):
+    """The members of each collective instance of a group, k = 0, 1, ...: the k-th collective of
+    each member (`of_members`: each member's collectives, in drawn order), in that order. Made as
+    the flows are assigned, so no list per instance is kept (a TP-2 log has 100,000s)."""
+    if len(of_members) == 1:
+        return zip(of_members[0])
+    counts = set(map(len, of_members))
+    if len(counts) == 1:
+        return zip(*of_members)
+    # a member drawn with fewer collectives (a log cut short): the instances it lacks go without it
+    return ([m for m in members if m is not None] for members in zip_longest(*of_members))
 
 
 def comm_slices(process: Process, collectives: dict, p2p: dict) -> tuple[list, list]:
