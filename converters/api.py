@@ -99,6 +99,25 @@ def _after_load(trace: ExecutionTrace, name: str, paths: list[Path], diagnostics
     diagnostics.list_assumptions(trace.assumptions)  # shown with -v
 
 
+class _AfterWorkersLoad:
+    """`_after_load` for a model the workers read (rank_files, rank_timelines), but the
+    one-member-collective pass (the workers run it). `workers_started()` hashes the inputs on a
+    thread while the workers read them: only once they run, as a thread must not be running
+    while workers are forked."""
+
+    def __init__(self, name: str, paths: list[Path], diagnostics: Diagnostics):
+        self.name, self.paths, self.diagnostics = name, paths, diagnostics
+        self.hashing: _HashOnAThread | None = None
+
+    def workers_started(self) -> None:
+        self.hashing = _HashOnAThread(self.paths)
+
+    def __call__(self, trace: ExecutionTrace) -> None:
+        if self.hashing is not None and not trace.source.sha256:
+            trace.source.sha256 = self.hashing.result()
+        _after_load(trace, self.name, self.paths, self.diagnostics, demote=False)
+
+
 def sha256_of(paths: list[Path]) -> str:
     digest = hashlib.sha256()
     for path in paths:
@@ -210,7 +229,7 @@ def _convert(paths: list[Path], output: str | Path, to: str | None, fmt: str, op
     if by_workers is not None:
         name, per_rank_format, written, options = by_workers
         _note_reading(paths, name, diagnostics)
-        finish_read = lambda trace: _after_load(trace, name, paths, diagnostics, demote=False)  # noqa: E731
+        finish_read = _AfterWorkersLoad(name, paths, diagnostics)
         if written == "chakra":
             from . import rank_files
 

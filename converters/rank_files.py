@@ -51,8 +51,10 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
             diagnostics: Diagnostics, finish_read) -> ExecutionTrace:
     """Read `paths` and write the Chakra set `output`; returns the model (each rank's
     communication skeleton when the workers wrote the files). `finish_read(trace)` does what
-    `api.read` does after a load, but the one-member-collective pass (done on the workers)."""
+    `api.read` does after a load, but the one-member-collective pass (done on the workers);
+    `finish_read.workers_started()` is called once the workers run (`api._AfterWorkersLoad`)."""
     with per_rank.start_workers(fmt, paths, options) as workers:
+        finish_read.workers_started()
         with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
             trace = workers.keep_parts(diagnostics).trace
             checked = workers.each_rank(_finish_and_check, (replace(trace, ranks={}), options), "checking")

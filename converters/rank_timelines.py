@@ -28,7 +28,6 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from . import progress
 from .builders import per_rank
@@ -64,13 +63,14 @@ class RankTimes:
 
 
 def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, writer: str, options: Options,
-            diagnostics: Diagnostics, finish_read: Callable[[ExecutionTrace], None]) -> ExecutionTrace:
+            diagnostics: Diagnostics, finish_read) -> ExecutionTrace:
     """Read `paths` and write the timeline `output` (`writer`: "chrome" or "perfetto"); returns the
-    model (each rank's shell when the workers drew it). `finish_read(trace)` does what `api.read`
-    does after a load, but the one-member-collective pass (done on the workers)."""
+    model (each rank's shell when the workers drew it). `finish_read` is as for
+    `rank_files.convert` (`api._AfterWorkersLoad`)."""
     from .rank_files import record_demoted, whole
 
     with per_rank.start_workers(fmt, paths, options) as workers:
+        finish_read.workers_started()
         with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
             trace = workers.keep_parts(diagnostics).trace
             facts = workers.each_rank(_finish_and_measure, replace(trace, ranks={}), "measuring")
