@@ -17,6 +17,7 @@ from converters.diagnostics import Diagnostics, InputError
 from helpers.megatron_synth import write_run
 
 TIMELINES = ("t.json", "t.json.gz", "t.pftrace")
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def drawn(tmp_path: Path, paths: list[Path], name: str, *extra: str) -> tuple[dict[str, bytes], str]:
@@ -37,13 +38,16 @@ def synthetic_logs(tmp_path: Path, **options) -> list[Path]:
 
 
 @pytest.mark.parametrize("where", [["--jobs", "2"], ["--cluster", "local:2"]], ids=["jobs", "cluster"])
-@pytest.mark.parametrize("logs_of", ["sample", "synthetic"])
+@pytest.mark.parametrize("logs_of", ["sample", "synthetic", "profiler"])
 def test_workers_draw_the_local_bytes(tmp_path, where, logs_of):
     if where[0] == "--cluster":
         pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
     # 4 ranks (TP 1, PP 2, DP 2): one-member collectives turned into compute on the workers;
-    # 8 ranks (TP 2, PP 4): tp all-reduces, sends and receives between stages
-    paths = sorted((SAMPLES / "megatron_tp1_pp2_dp2").glob("*.log")) if logs_of == "sample" else synthetic_logs(tmp_path)
+    # 8 ranks (TP 2, PP 4): tp all-reduces, sends and receives between stages; 4 ranks of
+    # PyTorch profiler traces (NCCL): collectives, and drawn-only CPU spans (model.DisplaySpan)
+    paths = {"sample": lambda: sorted((SAMPLES / "megatron_tp1_pp2_dp2").glob("*.log")),
+             "synthetic": lambda: synthetic_logs(tmp_path),
+             "profiler": lambda: sorted((FIXTURES / "kineto_nccl").iterdir())}[logs_of]()
     here, said_here = drawn(tmp_path, paths, "here")
     there, said_there = drawn(tmp_path, paths, "there", *where)
     assert here == there

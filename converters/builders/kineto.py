@@ -290,15 +290,37 @@ def build_file(survey: RankSurvey, plan: Plan, options: Options) -> list[RankPar
 
 
 def merge(plan: Plan, parts: list[RankPart], options: Options, diagnostics: Diagnostics) -> ExecutionTrace:
-    trace = plan.trace
+    """The model from every rank's part, in rank order whatever order the parts came in."""
+    joined = join(plan, [summarize(part) for part in parts], options, diagnostics)
     for part in sorted(parts, key=lambda p: p.rank.rank):
-        trace.ranks[part.rank.rank] = part.rank
-    if any(part.has_barrier for part in parts):  # ASTRA-sim cannot simulate a barrier; NCCL and gloo reduce
-        trace.assume("barriers are written as all-reduces of their message (how NCCL and gloo run them)")
-    return trace
+        joined.trace.ranks[part.rank.rank] = finish(part, joined)
+    return joined.trace
 
 
-KINETO = PerRankFormat(survey_file, plan, build_file, merge)
+# The merge in two (builders/per_rank.py), so that workers keep and finish their own parts: the
+# plan already holds everything across ranks, so a part tells only whether it has a barrier.
+
+@dataclass
+class Joined:
+    trace: ExecutionTrace  # the model without its ranks
+
+
+def summarize(part: RankPart) -> bool:
+    return part.has_barrier
+
+
+def join(plan: Plan, has_barrier: list[bool], options: Options, diagnostics: Diagnostics) -> Joined:
+    if any(has_barrier):  # ASTRA-sim cannot simulate a barrier; NCCL and gloo reduce
+        plan.trace.assume("barriers are written as all-reduces of their message (how NCCL and gloo run them)")
+    return Joined(plan.trace)
+
+
+def finish(part: RankPart, joined: Joined) -> Rank:
+    return part.rank
+
+
+KINETO = PerRankFormat(survey_file, plan, build_file, merge, summarize, join, finish)
+PER_RANK_FORMAT = KINETO  # what `converters.api` looks for to let workers write a Chakra set or draw a timeline
 
 
 # ---------------------------------------------------------------- one rank

@@ -410,7 +410,7 @@ def _adopt(trace: ExecutionTrace, summary: RankSummary, diagnostics: Diagnostics
 
 
 MEGATRON = per_rank.PerRankFormat(survey_file, plan, build_file, merge, summarize, join, finish)
-PER_RANK_FORMAT = MEGATRON  # what `converters.api` looks for to let workers write a Chakra set
+PER_RANK_FORMAT = MEGATRON  # what `converters.api` looks for to let workers write a Chakra set or draw a timeline
 
 
 # ---------------------------------------------------------------- grouping and checks
