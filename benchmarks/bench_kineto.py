@@ -5,7 +5,7 @@
 Writes a set of big traces (the NCCL fixture's steps repeated, times shifted, ids renumbered;
 Kineto's one-event-per-line layout) into benchmarks/work/kineto, then measures fresh processes:
 reading one rank's file into its items (the per-rank phase's survey; peak RSS against the file's
-size), and the whole set to Chakra and to Chrome JSON in this process, with --jobs 2 and on a
+size), and the whole set to Chakra and to Chrome JSON by default, with --jobs 1 and 2, and on a
 Dask cluster of 2 workers (when dask is installed). Figures: CPU seconds of the command and
 every process it waited for (the machine is shared: wall time says little), wall seconds, MB
 of trace per CPU second, peak RSS of the largest process.
@@ -120,7 +120,8 @@ def main(argv: list[str]) -> int:
     cpu, wall, rss = measured(one)
     print(f"one rank's file -> its items: {cpu:.2f} s CPU ({wall:.2f} s wall), {size / 1e6 / cpu:.1f} MB/s, "
           f"peak RSS {rss / 1e6:.0f} MB ({rss / size:.2f}x the file)")
-    runners = [("here", []), ("--jobs 2", ["--jobs", "2"])]
+    # (default): a timeline of a set this big is drawn by one worker per core, a Chakra set in this process
+    runners = [("(default)", []), ("--jobs 1", ["--jobs", "1"]), ("--jobs 2", ["--jobs", "2"])]
     if have_dask():
         runners.append(("--cluster local:2", ["--cluster", "local:2"]))
     for name, runner in runners:
