@@ -30,7 +30,7 @@ from pathlib import Path
 
 from . import progress
 from .builders import per_rank
-from .builders.one_rank import ASSUMPTION, KEPT, demote_one_rank_collectives, warn_if_kept
+from .builders.one_rank import demote_in_rank, record_demoted, warn_if_kept
 from .diagnostics import Diagnostics
 from .model import COMM_KINDS, CollType, ExecutionTrace, Node, NodeKind, Rank
 from .options import Options
@@ -104,9 +104,7 @@ class RankFacts:
 
 def _finish_and_check(rank: Rank, shell_and_options) -> RankFacts:
     shell, options = shell_and_options
-    one = replace(shell, ranks={rank.rank: rank}, metadata={}, assumptions=[])
-    demoted = demote_one_rank_collectives(one)
-    first = one.metadata[KEPT]["first"] if demoted else ""
+    one, demoted, first = demote_in_rank(rank, shell)
     clean = not _reported_by(one, options, PER_RANK_CHECKS)
     return RankFacts(replace(rank, nodes=[]), skeleton(rank), clean, demoted, first)
 
@@ -176,11 +174,3 @@ def from_skeleton(facts: RankFacts) -> Rank:
 def whole(rank: Rank, _) -> Rank:
     """The rank itself, nodes and all: `each_rank(whole, None, ...)` brings every rank here."""
     return rank
-
-
-def record_demoted(trace: ExecutionTrace, checked: list[RankFacts]) -> None:
-    """What `demote_one_rank_collectives` records when it runs on the whole model."""
-    demoted = [facts for facts in checked if facts.demoted]
-    if demoted:
-        trace.assume(ASSUMPTION)
-        trace.metadata[KEPT] = {"count": sum(f.demoted for f in demoted), "first": demoted[0].first}

@@ -5,7 +5,8 @@ The steps are those of a local run, in the same order, so the bytes are the same
 
 1. The workers build and finish their files' ranks (`Workers.keep_parts`) and turn
    one-member collectives into compute, as `api.read` does. Of each rank this process gets
-   its shell (no nodes), its earliest start and its size (`RankTimes`).
+   its shell (no nodes) and the earliest start of its nodes and of its display spans
+   (`RankTimes`).
 2. This process chooses the drawn ranks and the shift, as `layout_chrome.start_plan` does,
    from the shells.
 3. Each worker places its drawn ranks (`_Planner.place_rank`) and sends back the processes'
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from . import progress
 from .builders import per_rank
-from .builders.one_rank import KEPT, demote_one_rank_collectives
+from .builders.one_rank import demote_in_rank, record_demoted
 from .diagnostics import Diagnostics, InputError
 from .model import ExecutionTrace, Rank
 from .options import Options
@@ -67,7 +68,7 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, writer
     """Read `paths` and write the timeline `output` (`writer`: "chrome" or "perfetto"); returns the
     model (each rank's shell when the workers drew it). `finish_read` is as for
     `rank_files.convert` (`api._AfterWorkersLoad`)."""
-    from .rank_files import record_demoted, whole
+    from .rank_files import whole
 
     with per_rank.start_workers(fmt, paths, options) as workers:
         finish_read.workers_started()
@@ -89,9 +90,7 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, writer
 
 
 def _finish_and_measure(rank: Rank, shell: ExecutionTrace) -> RankTimes:
-    one = replace(shell, ranks={rank.rank: rank}, metadata={}, assumptions=[])
-    demoted = demote_one_rank_collectives(one)
-    first = one.metadata[KEPT]["first"] if demoted else ""
+    _, demoted, first = demote_in_rank(rank, shell)
     starts = [n.start_ns or 0 for n in rank.nodes]  # as measured_timeline reads them
     display = [span.start_ns for span in rank.display]
     return RankTimes(replace(rank, nodes=[], display=[]), min(starts, default=None), min(display, default=None),

@@ -20,6 +20,7 @@ dump is written as it was (and gated by the validator like any input).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from operator import attrgetter
 
 from ..diagnostics import Diagnostics
@@ -159,3 +160,24 @@ def _inherit(deps: list[int], dropped: dict[int, list[int]]) -> list[int]:
         else:
             out.append(dep)
     return out
+
+
+# Where workers keep their ranks (converters/rank_files.py, rank_timelines.py), the pass runs on
+# each rank where it is, and what it records is added up here.
+
+def demote_in_rank(rank: Rank, shell: ExecutionTrace) -> tuple[ExecutionTrace, int, str]:
+    """The one-member-collective pass on one rank where it is (`shell`: the trace without its
+    ranks): the rank as a trace of its own, how many collectives changed, where the first was
+    (`record_demoted` adds them up as the pass on the whole model would)."""
+    one = replace(shell, ranks={rank.rank: rank}, metadata={}, assumptions=[])
+    demoted = demote_one_rank_collectives(one)
+    return one, demoted, one.metadata[KEPT]["first"] if demoted else ""
+
+
+def record_demoted(trace: ExecutionTrace, checked: list) -> None:
+    """What `demote_one_rank_collectives` records when it runs on the whole model, from its runs on
+    each rank (`checked`: objects with the `demoted` and `first` of `demote_in_rank`)."""
+    demoted = [facts for facts in checked if facts.demoted]
+    if demoted:
+        trace.assume(ASSUMPTION)
+        trace.metadata[KEPT] = {"count": sum(f.demoted for f in demoted), "first": demoted[0].first}
