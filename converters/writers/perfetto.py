@@ -627,9 +627,9 @@ class _Columns:
         own_names, own_args = own
         if not all(map(operator.eq, map(names.__getitem__, own_names), map(ref_names.__getitem__, own_names))):
             return False
-        mine, theirs = list(map(args.__getitem__, own_args)), list(map(ref_args.__getitem__, own_args))
-        pairs = dict(zip(zip(map(id, mine), map(id, theirs)), zip(mine, theirs)))  # each pair of dicts once
-        return all(list(a) == list(b) for a, b in pairs.values())
+        # the keys of each pair as tuples, compared in C (a dict per position: no Python step each)
+        return all(map(operator.eq, map(tuple, map(args.__getitem__, own_args)),
+                       map(tuple, map(ref_args.__getitem__, own_args))))
 
     def heads(self, encoder: _EventEncoder, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         """The begins' heads, in begin order."""
