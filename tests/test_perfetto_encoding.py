@@ -26,17 +26,31 @@ def test_varint_is_protobufs(n):
     assert b"\x40" + perfetto.varint(n) == pb.TracePacket(timestamp=n).SerializeToString()
 
 
-@pytest.mark.parametrize("pid", [1, 2, 127, 128, 1025, 16383, 16384, 2**21 - 1])
-@pytest.mark.parametrize("slot", [1, 2, 127, 128, 999])
-def test_thread_uuid_varint_is_pid_bytes_then_slot(pid, slot):
+@pytest.mark.parametrize("pid", [1, 2, 127, 128, 1025, 16383, 16384, perfetto.MAX_PID])
+@pytest.mark.parametrize("slot", [0, 1, 2, 127, 128, 999, perfetto.MAX_SLOT])
+def test_thread_uuid_varint_is_slot_bytes_then_pid_bytes(pid, slot):
     uuid = perfetto.thread_uuid(pid, slot)
     encoded = pb.TrackEvent(track_uuid=uuid).SerializeToString()
-    assert encoded == b"\x58" + perfetto.pid_bytes(pid) + perfetto.varint(slot)
+    assert encoded == b"\x58" + perfetto.slot_bytes(slot) + perfetto.pid_bytes(pid)
+    assert len(perfetto.pid_bytes(pid)) == perfetto.PID_FIELD_SIZE
+    # the pid bytes are the varint of the sequence id: one P serves both (see "slice events")
+    assert pb.TracePacket(trusted_packet_sequence_id=perfetto.sequence_id(pid)).SerializeToString() == (
+        b"\x50" + perfetto.pid_bytes(pid))
 
 
-def test_pid_beyond_the_uuid_scheme_is_refused():
+def test_thread_uuids_are_unique_and_below_process_uuids():
+    pids = [1, 2, 127, 128, 16383, 16384, perfetto.MAX_PID]
+    slots = [0, 1, 127, 128, 999, perfetto.MAX_SLOT]
+    uuids = {perfetto.thread_uuid(pid, slot) for pid in pids for slot in slots}
+    assert len(uuids) == len(pids) * len(slots)
+    assert max(uuids) < perfetto.PROCESS_UUID_BASE
+
+
+def test_pid_and_slot_beyond_the_uuid_scheme_are_refused():
     with pytest.raises(ValueError, match="ranks below"):
-        perfetto.pid_bytes(2**21)
+        perfetto.pid_bytes(perfetto.MAX_PID + 1)
+    with pytest.raises(ValueError, match="threads per rank"):
+        perfetto.slot_bytes(perfetto.MAX_SLOT + 1)
 
 
 def written(trace, timeline=None) -> bytes:

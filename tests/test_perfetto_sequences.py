@@ -55,7 +55,7 @@ def test_a_process_encoded_alone_has_the_bytes_it_has_in_the_file(kind):
     assert_interned_before_use(parsed)
 
 
-def test_sequence_ids_are_4_byte_varints_above_the_descriptors():
-    for pid in (1, 127, 128, 2**14, 2**21 - 1):
+def test_sequence_ids_are_3_byte_varints_above_the_descriptors():
+    for pid in (1, 127, 128, 2**14, perfetto.MAX_PID):
         field = pb.TracePacket(trusted_packet_sequence_id=perfetto.sequence_id(pid)).SerializeToString()
-        assert len(field) == 5 and perfetto.sequence_id(pid) != perfetto.SEQUENCE_ID
+        assert len(field) == 4 and perfetto.sequence_id(pid) != perfetto.SEQUENCE_ID
