@@ -388,8 +388,8 @@ class _EventEncoder:
         pid = self.start_sequence(process.pid)
         rows = None if shared else process.arg_rows()
         args = None if rows is not None else process.slice_args
-        own = None  # a shared layout's positions whose name or args are not its reference's
-        if shared and columns.reference is not None:
+        own = None  # a shared layout's positions whose name or args are not its base's
+        if shared and columns.base is not None:
             own = columns.own_positions(process)
         if own is not None and columns.same_tables(process, own):
             interned = self.interned_for(columns.ref_key)
@@ -405,7 +405,7 @@ class _EventEncoder:
                                          columns.begin_positions)
         else:
             heads = columns.heads(self, interned, process.names, args)
-        return _prepend(interned.packet(pid), self.frame(columns, heads, pid, columns.afters(self, process)))
+        return _prepend(interned.packet(pid), self.frame(columns, heads, pid, columns.begin_afters(process)))
 
     # -- processes drawn with a shared layout (the ranks of a stage in a scheduled trace)
     #
@@ -416,33 +416,32 @@ class _EventEncoder:
     #   previous event's flow id and flags), packet head, timestamp field, sequence id tag]
     #   [track_event tag, event length, fields, track_uuid tag, slot bytes]
     #   and last [the last event's flags].
-    # The layout's first process (its reference) makes them, without its flows; a process
-    # copies them and replaces the pieces around its begins that differ.
+    # The layout's pieces are those of the last process framed with them (its `base`): the
+    # next one replaces, in place, only the pieces around its begins that differ from the
+    # base's (another name or args object, another flow). Ranks next to each other share most
+    # args (a group's), so few differ but their flows.
 
     def member_parts(self, columns: _Columns, interned: _Interned, process: Process, pid: bytes,
                      own: tuple[list[int], list[int]] | None) -> list[bytes] | None:
         """A process drawn with a shared layout, in one piece; None when its interning differs
-        from the reference's (then its heads are encoded again). `own`: see
+        from the layout's (then its heads are encoded again). `own`: see
         `_Columns.own_positions` (None for the first process)."""
         if columns.pieces is None:
-            columns.reference = (process.names, process.slice_args)
+            columns.base = (process.names, process.slice_args)
             columns.ref_key = interned.key
             columns.ref_heads = columns.heads(self, interned, process.names, process.slice_args)
-            self.reference_pieces(columns, interned)
+            self.first_pieces(columns, interned)
         elif columns.ref_key != interned.key:
             return None
         if own is None:
             own = columns.own_positions(process)
-        differ = set(own[0]).union(own[1])
-        redo = sorted(differ.union(process.flows))
-        if not redo:
-            return [pid.join(columns.pieces)]
-        pieces = list(columns.pieces)
-        self.replace_begins(pieces, columns, interned, process, redo, differ)
-        return [pid.join(pieces)]
+        self.replace_begins(columns, interned, process, set(own[0]).union(own[1]))
+        columns.base = (process.names, process.slice_args)
+        columns.base_flows = process.flows
+        return [pid.join(columns.pieces)]
 
-    def reference_pieces(self, columns: _Columns, interned: _Interned) -> None:
-        """The pieces of the layout's reference process without its flows (see above)."""
+    def first_pieces(self, columns: _Columns, interned: _Interned) -> None:
+        """The pieces of the layout's first process, without its flows (see above)."""
         n = columns.size
         between = list(map(self.end_pieces.__getitem__, columns.slots))  # the piece between an event's P's
         uuid_starts = list(map(operator.add, columns.ref_heads, map(self.slot_bytes.__getitem__, columns.begin_slots)))
@@ -451,50 +450,66 @@ class _EventEncoder:
         list(map(between.__setitem__, columns.begin_at, begins))
         del begins, uuid_starts
         head, rest = interned.pieces()
-        columns.ref_packet_heads = list(map(self.packet_heads.__getitem__, map(
+        columns.packet_heads = list(map(self.packet_heads.__getitem__, map(
             operator.add, map(operator.add, map(len, columns.stamps), map(len, between)), repeat(_PACKET_FIXED + len(_FLAGS)))))
-        columns.ref_packet_heads.append(b"")
+        columns.packet_heads.append(b"")
         columns.stamps_and_tags = list(map(operator.add, columns.stamps, repeat(_SEQUENCE)))
         columns.stamps_and_tags.append(b"")
-        columns.ref_afters = [rest] + [_FLAGS] * n  # what follows the P before each event's packet (and after the last)
+        columns.afters = [rest] + [_FLAGS] * n
+        columns.base_flows = {}
         pieces: list[bytes] = [b""] * (2 * n + 2)
         pieces[0] = head
-        pieces[1::2] = list(map(b"".join, zip(columns.ref_afters, columns.ref_packet_heads, columns.stamps_and_tags)))
+        pieces[1::2] = list(map(b"".join, zip(columns.afters, columns.packet_heads, columns.stamps_and_tags)))
         pieces[2::2] = between
         columns.pieces = pieces
 
-    def replace_begins(self, pieces: list[bytes], columns: _Columns, interned: _Interned, process: Process,
-                       positions: list[int], own: set[int]) -> None:
-        """Replace, in a copy of the reference's `pieces`, those of the begins at these positions:
-        with this process's flows, and with its own name and args at the positions in `own`."""
+    def replace_begins(self, columns: _Columns, interned: _Interned, process: Process, own: set[int]) -> None:
+        """Make the layout's pieces this process's: replace those of the begins whose name or
+        args (positions in `own`) or flow differ from the base's."""
+        flows, base_flows = process.flows, columns.base_flows
+        changed = set(flows).union(base_flows)
+        changed = list(compress(changed, map(operator.ne, map(flows.get, changed, repeat(0)),
+                                             map(base_flows.get, changed, repeat(0)))))
+        codes = list(map(flows.get, changed, repeat(0)))
+        # a flow that comes or goes changes the event's length: its packet is framed again
+        resized = compress(changed, map(operator.ne, map(operator.not_, codes),
+                                        map(operator.not_, map(base_flows.get, changed, repeat(0)))))
+        framed = sorted(own.union(resized))
+        if framed:
+            self.frame_again(columns, interned, process, framed, own)
+        events = list(map(columns.begin_at.__getitem__, map(columns.begin_index.__getitem__, changed)))
+        after_at = list(map(operator.add, events, repeat(1)))
+        list(map(columns.afters.__setitem__, after_at, flow_afters(codes)))
+        # the pieces before the packets framed again (their heads) and after the changed flows
+        framed_events = list(map(columns.begin_at.__getitem__, map(columns.begin_index.__getitem__, framed)))
+        around = list(dict.fromkeys(framed_events + after_at))
+        pieces = columns.pieces
+        list(map(pieces.__setitem__, map(operator.add, map(operator.add, around, around), repeat(1)), map(
+            b"".join, zip(map(columns.afters.__getitem__, around), map(columns.packet_heads.__getitem__, around),
+                          map(columns.stamps_and_tags.__getitem__, around)))))
+
+    def frame_again(self, columns: _Columns, interned: _Interned, process: Process, positions: list[int],
+                    own: set[int]) -> None:
+        """The piece between the P's and the packet head of the begins at these positions, with
+        this process's name and args at the positions in `own`, and its flows."""
         begins = list(map(columns.begin_index.__getitem__, positions))
-        heads = list(map(columns.ref_heads.__getitem__, begins))
-        differ = [j for j, i in enumerate(positions) if i in own]
-        if differ:
-            mine = [positions[j] for j in differ]
+        mine = [i for i in positions if i in own]
+        if mine:
             names, args = process.names, process.slice_args
             new_heads = self.begin_heads(interned, list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
-            for j, head in zip(differ, new_heads):
-                heads[j] = head
-        afters = flow_afters(list(map(process.flows.get, positions, repeat(0))))
+            list(map(columns.ref_heads.__setitem__, map(columns.begin_index.__getitem__, mine), new_heads))
+        heads = list(map(columns.ref_heads.__getitem__, begins))
+        after_sizes = [len(_FLAGS) + 10 if code else len(_FLAGS) for code in map(process.flows.get, positions, repeat(0))]
         events = list(map(columns.begin_at.__getitem__, begins))
         uuid_starts = list(map(operator.add, heads, map(self.slot_bytes.__getitem__,
                                                         map(columns.begin_slots.__getitem__, begins))))
-        sizes = list(map(operator.add, map(len, uuid_starts), map(len, afters)))
+        sizes = list(map(operator.add, map(len, uuid_starts), after_sizes))
         between = list(map(operator.add, map(self.event_heads.__getitem__, map(operator.sub, sizes, repeat(
             len(_FLAGS) - PID_FIELD_SIZE))), uuid_starts))
-        list(map(pieces.__setitem__, map(operator.add, map(operator.add, events, events), repeat(2)), between))
-        packet_heads = list(map(self.packet_heads.__getitem__, map(operator.add, map(operator.add, map(
-            len, map(columns.stamps.__getitem__, events)), map(len, between)), map(operator.add, map(len, afters),
-                                                                                    repeat(_PACKET_FIXED)))))
-        # the pieces before these events' packets (their heads) and after them (their afters)
-        next_events = list(map(operator.add, events, repeat(1)))
-        head_of, after_of = dict(zip(events, packet_heads)), dict(zip(next_events, afters))
-        around = list(dict.fromkeys(events + next_events))
-        list(map(pieces.__setitem__, map(operator.add, map(operator.add, around, around), repeat(1)), map(
-            b"".join, zip(map(after_of.get, around, map(columns.ref_afters.__getitem__, around)),
-                          map(head_of.get, around, map(columns.ref_packet_heads.__getitem__, around)),
-                          map(columns.stamps_and_tags.__getitem__, around)))))
+        list(map(columns.pieces.__setitem__, map(operator.add, map(operator.add, events, events), repeat(2)), between))
+        packet_sizes = map(operator.add, map(operator.add, map(len, map(columns.stamps.__getitem__, events)),
+                                             map(len, between)), map(operator.add, after_sizes, repeat(_PACKET_FIXED)))
+        list(map(columns.packet_heads.__setitem__, events, map(self.packet_heads.__getitem__, packet_sizes)))
 
     def frame(self, columns: _Columns, heads: list[bytes], pid: bytes, afters: list[bytes]) -> list[bytes]:
         """The pieces of every packet of a layout's events, with these begins' heads and afters
@@ -634,24 +649,25 @@ class _Columns:
         self.begin_index = [0] * n  # position -> its begin's index in begin order
         list(map(self.begin_index.__setitem__, self.begin_positions, range(n)))
         # a shared layout's framing, made from its first process (see `_EventEncoder.member_parts`)
-        self.pieces: list[bytes] | None = None
-        self.ref_packet_heads: list[bytes] = []  # per event, then b""
-        self.ref_afters: list[bytes] = []  # per event, what the P before its packet is followed by; then the last's
+        self.pieces: list[bytes] | None = None  # the base's
+        self.packet_heads: list[bytes] = []  # the base's, per event, then b""
+        self.afters: list[bytes] = []  # the base's, per event, what follows the P before its packet; then the last's
         self.stamps_and_tags: list[bytes] = []  # per event, its timestamp field and the sequence id tag; then b""
-        self.reference: tuple[list, list] | None = None
-        self.ref_heads: list[bytes] | None = None
-        self.ref_key: tuple | None = None  # its interning tables
+        self.base_flows: dict[int, int] = {}  # the base's flows
+        self.base: tuple[list, list] | None = None  # the names and args of the last process framed with `pieces`
+        self.ref_heads: list[bytes] | None = None  # the base's begins' heads
+        self.ref_key: tuple | None = None  # the interning tables of every process framed with `pieces`
 
     def own_positions(self, process: Process) -> tuple[list[int], list[int]]:
-        """The positions whose name, and those whose args, are not the reference process's (other objects)."""
+        """The positions whose name, and those whose args, are not the base process's (other objects)."""
         return tuple([] if mine is theirs else list(compress(count(), map(operator.is_not, mine, theirs)))
-                     for mine, theirs in zip((process.names, process.slice_args), self.reference))
+                     for mine, theirs in zip((process.names, process.slice_args), self.base))
 
     def same_tables(self, process: Process, own: tuple[list[int], list[int]]) -> bool:
-        """Whether the process's interning tables are the reference's: so when its names at
+        """Whether the process's interning tables are the base's (`ref_key`): so when its names at
         its own positions are the same and its args there have the same keys in the same order
         (the tables follow the names and keys in begin order)."""
-        (ref_names, ref_args), names, args = self.reference, process.names, process.slice_args
+        (ref_names, ref_args), names, args = self.base, process.names, process.slice_args
         own_names, own_args = own
         if not all(map(operator.eq, map(names.__getitem__, own_names), map(ref_names.__getitem__, own_names))):
             return False
@@ -664,7 +680,7 @@ class _Columns:
         positions = self.begin_positions
         return encoder.begin_heads(interned, list(map(names.__getitem__, positions)), list(map(args.__getitem__, positions)))
 
-    def afters(self, encoder: _EventEncoder, process: Process) -> list[bytes]:
+    def begin_afters(self, process: Process) -> list[bytes]:
         """What follows each begin's last P (any flow id, the sequence flags), in begin order."""
         afters = [_FLAGS] * len(self.begin_slots)
         flows = process.flows
