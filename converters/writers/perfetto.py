@@ -208,6 +208,31 @@ class _SlotBytes(dict):
         return text
 
 
+class _FlowHeads(dict):
+    """slot << 2 | flow direction -> the slot's bytes, P (`pid`) and the tag of the flow id that follows."""
+
+    def __init__(self, pid: bytes):
+        super().__init__()
+        self.pid = pid
+
+    def __missing__(self, key: int) -> bytes:
+        text = self[key] = slot_bytes(key >> 2) + self.pid + _FLOW_TAGS[key & 3]
+        return text
+
+
+class _SlotPids(dict):
+    """slot -> `slot_bytes(slot)`, then P (`pid`) and `suffix`."""
+
+    def __init__(self, pid: bytes, suffix: bytes):
+        super().__init__()
+        self.pid = pid
+        self.suffix = suffix
+
+    def __missing__(self, slot: int) -> bytes:
+        text = self[slot] = slot_bytes(slot) + self.pid + self.suffix
+        return text
+
+
 def event_size(uuid_start: bytes, after: bytes) -> int:
     """The length of a TrackEvent: its fields up to the slot's bytes (`uuid_start`), the P that
     ends the track uuid, and `after` (any flow id and the packet's sequence_flags) but the flags."""
@@ -352,6 +377,8 @@ class _EventEncoder:
         self.pid = b""  # the P of the process being framed (`start_sequence`)
         self.end_rests = _EndRests(b"", self.end_pieces)
         self.sequence_event_heads = _Prefixed(b"")  # event length -> sequence id field, event tag and length
+        self.flow_heads = _FlowHeads(b"")  # slot << 2 | flow direction -> its bytes, P and the flow's tag
+        self.slot_tails = _SlotPids(b"", _FLAGS)  # slot -> its bytes, P and the sequence flags
 
     def interned_for(self, key: tuple[tuple[str, ...], tuple[str, ...]]) -> _Interned:
         last = self.interned
@@ -372,6 +399,8 @@ class _EventEncoder:
             self.pid = mine
             self.end_rests = _EndRests(mine, self.end_pieces)
             self.sequence_event_heads = _Prefixed(_SEQUENCE + mine + _TRACK_EVENT)
+            self.flow_heads = _FlowHeads(mine)
+            self.slot_tails = _SlotPids(mine, _FLAGS)
         return mine
 
     # -- one process
@@ -405,7 +434,7 @@ class _EventEncoder:
                                          columns.begin_positions)
         else:
             heads = columns.heads(self, interned, process.names, args)
-        return _prepend(interned.packet(pid), self.frame(columns, heads, pid, columns.begin_afters(process)))
+        return _prepend(interned.packet(pid), self.frame(columns, heads, pid, self.begin_tails(columns, process)))
 
     # -- processes drawn with a shared layout (the ranks of a stage in a scheduled trace)
     #
@@ -444,11 +473,11 @@ class _EventEncoder:
         """The pieces of the layout's first process, without its flows (see above)."""
         n = columns.size
         between = list(map(self.end_pieces.__getitem__, columns.slots))  # the piece between an event's P's
-        uuid_starts = list(map(operator.add, columns.ref_heads, map(self.slot_bytes.__getitem__, columns.begin_slots)))
-        begins = list(map(operator.add, map(self.event_heads.__getitem__, map(operator.add, map(len, uuid_starts),
-                                                                              repeat(PID_FIELD_SIZE))), uuid_starts))
-        list(map(between.__setitem__, columns.begin_at, begins))
-        del begins, uuid_starts
+        heads, slots = columns.ref_heads, list(map(self.slot_bytes.__getitem__, columns.begin_slots))
+        sizes = map(operator.add, map(operator.add, map(len, heads), map(len, slots)), repeat(PID_FIELD_SIZE))
+        list(map(between.__setitem__, columns.begin_at, map(b"".join, zip(map(self.event_heads.__getitem__, sizes),
+                                                                           heads, slots))))
+        del slots
         head, rest = interned.pieces()
         columns.packet_heads = list(map(self.packet_heads.__getitem__, map(
             operator.add, map(operator.add, map(len, columns.stamps), map(len, between)), repeat(_PACKET_FIXED + len(_FLAGS)))))
@@ -501,24 +530,21 @@ class _EventEncoder:
         heads = list(map(columns.ref_heads.__getitem__, begins))
         after_sizes = [len(_FLAGS) + 10 if code else len(_FLAGS) for code in map(process.flows.get, positions, repeat(0))]
         events = list(map(columns.begin_at.__getitem__, begins))
-        uuid_starts = list(map(operator.add, heads, map(self.slot_bytes.__getitem__,
-                                                        map(columns.begin_slots.__getitem__, begins))))
-        sizes = list(map(operator.add, map(len, uuid_starts), after_sizes))
-        between = list(map(operator.add, map(self.event_heads.__getitem__, map(operator.sub, sizes, repeat(
-            len(_FLAGS) - PID_FIELD_SIZE))), uuid_starts))
+        slots = list(map(self.slot_bytes.__getitem__, map(columns.begin_slots.__getitem__, begins)))
+        sizes = map(operator.add, map(operator.add, map(len, heads), map(len, slots)), after_sizes)
+        between = list(map(b"".join, zip(map(self.event_heads.__getitem__, map(operator.sub, sizes, repeat(
+            len(_FLAGS) - PID_FIELD_SIZE))), heads, slots)))
         list(map(columns.pieces.__setitem__, map(operator.add, map(operator.add, events, events), repeat(2)), between))
         packet_sizes = map(operator.add, map(operator.add, map(len, map(columns.stamps.__getitem__, events)),
                                              map(len, between)), map(operator.add, after_sizes, repeat(_PACKET_FIXED)))
         list(map(columns.packet_heads.__setitem__, events, map(self.packet_heads.__getitem__, packet_sizes)))
 
-    def frame(self, columns: _Columns, heads: list[bytes], pid: bytes, afters: list[bytes]) -> list[bytes]:
-        """The pieces of every packet of a layout's events, with these begins' heads and afters
-        (in begin order) and this P."""
-        uuid_starts = list(map(operator.add, heads, map(self.slot_bytes.__getitem__, columns.begin_slots)))
-        sizes = list(map(operator.add, map(len, uuid_starts), map(len, afters)))
+    def frame(self, columns: _Columns, heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
+        """The pieces of every packet of a layout's events, with these begins' heads and tails
+        (in begin order, see `begin_tails`) and this P."""
+        sizes = map(operator.add, map(len, heads), map(len, tails))
         begin_rests = list(map(b"".join, zip(map(self.sequence_event_heads.__getitem__, map(operator.sub, sizes, repeat(
-            len(_FLAGS) - PID_FIELD_SIZE))), uuid_starts, repeat(pid), afters)))
-        del uuid_starts
+            len(_FLAGS)))), heads, tails)))
         rests = list(map(self.end_rests.__getitem__, columns.slots))
         list(map(rests.__setitem__, columns.begin_at, begin_rests))
         del begin_rests
@@ -530,6 +556,21 @@ class _EventEncoder:
         parts[1::_PIECES_PER_PACKET] = stamps
         parts[2::_PIECES_PER_PACKET] = rests
         return parts
+
+    def begin_tails(self, columns: _Columns, process: Process) -> list[bytes]:
+        """Per begin (in begin order), what follows its head: its slot's bytes, P (the track
+        uuid's end), any flow id and the sequence flags."""
+        tails = list(map(self.slot_tails.__getitem__, columns.begin_slots))
+        flows = process.flows
+        if flows:
+            begins = list(map(columns.begin_index.__getitem__, flows))
+            codes = list(flows.values())  # none 0
+            # slot bytes, P and flow tag by slot << 2 | direction; then the flow id and the flags
+            heads = map(self.flow_heads.__getitem__, map(operator.or_, map(operator.lshift, map(
+                columns.begin_slots.__getitem__, begins), repeat(2)), map(operator.and_, codes, repeat(3))))
+            ids = map(_FLOW_ID_AND_FLAGS.pack, map(operator.rshift, codes, repeat(2)), repeat(_FLAGS[0]), repeat(_FLAGS[1]))
+            list(map(tails.__setitem__, begins, map(operator.add, heads, ids)))
+        return tails
 
     def begin_heads(self, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         """TrackEvent fields 4 (debug annotations), 9 (type) and 10 (name_iid), then the
@@ -680,13 +721,6 @@ class _Columns:
         positions = self.begin_positions
         return encoder.begin_heads(interned, list(map(names.__getitem__, positions)), list(map(args.__getitem__, positions)))
 
-    def begin_afters(self, process: Process) -> list[bytes]:
-        """What follows each begin's last P (any flow id, the sequence flags), in begin order."""
-        afters = [_FLAGS] * len(self.begin_slots)
-        flows = process.flows
-        if flows:
-            list(map(afters.__setitem__, map(self.begin_index.__getitem__, flows), flow_afters(list(flows.values()))))
-        return afters
 
 
 def flow_afters(codes: list[int]) -> list[bytes]:
