@@ -668,21 +668,17 @@ class _Columns:
     def __init__(self, layout: Layout):
         starts, ends, slots = layout.starts, layout.ends, layout.slots
         n = len(starts)
-        codes = generation_order(layout)  # per seq: n + position for a begin, position for an end
-        times = list(map((ends + starts).__getitem__, codes))
-        event_slots = list(map((slots + slots).__getitem__, codes))
-        # sorted by (ts, slot) as one int per event, ts << slot bits | slot (also for ts < 0), then
-        # by seq: the sort is stable
-        slot_bits = max(event_slots, default=0).bit_length()
-        keys = list(map(operator.or_, map(operator.lshift, times, repeat(slot_bits)), event_slots))
-        seqs = sorted(range(len(codes)), key=keys.__getitem__)
+        # sorted by (ts, slot) as one int per code, ts << slot bits | slot (also for ts < 0), then by
+        # generation order: the sort is stable
+        slot_bits = max(slots, default=0).bit_length()
+        keys = list(map(operator.or_, map(operator.lshift, ends + starts, repeat(slot_bits)), slots + slots))
+        codes = sorted(generation_order(layout), key=keys.__getitem__)  # n + position for a begin, position for an end
         del keys
-        codes = list(map(codes.__getitem__, seqs))
-        times = list(map(times.__getitem__, seqs))
+        times = list(map((ends + starts).__getitem__, codes))
         self.size = len(codes)
         # the timestamp field per event; remembered per layout only (a log's ranks each have their own times)
         self.stamps = timestamp_fields(times)
-        self.slots = list(map(event_slots.__getitem__, seqs))
+        self.slots = list(map((slots + slots).__getitem__, codes))
         kinds = list(map(operator.ge, codes, repeat(n)))  # True for a begin
         self.begin_at = list(compress(count(), kinds))  # event index of each begin
         self.begin_positions = list(map(operator.sub, compress(codes, kinds), repeat(n)))
