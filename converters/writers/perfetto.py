@@ -172,7 +172,7 @@ MAX_PID = (1 << 21) - PID_OFFSET - 1  # ... to this one
 PID_FIELD_SIZE = 3  # bytes of `pid_bytes`
 MAX_SLOT = (1 << 14) - 1  # a slot's bytes in a thread uuid: 1 or 2 (`slot_bytes`)
 _PIECES_PER_PACKET = 3
-# the bytes of a packet around its 2 P's, but for the event's own fields (see `packet_size`)
+# a packet's bytes besides its timestamp field, the piece between its P's and what follows the last
 _PACKET_FIXED = 1 + 2 * PID_FIELD_SIZE  # the sequence id tag and both P's
 
 
