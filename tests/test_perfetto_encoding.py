@@ -144,5 +144,13 @@ def test_timestamp_fields_are_varints_one_by_one(times):
     assert perfetto.timestamp_fields(times) == [b"\x40" + perfetto.varint(t) for t in times]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 300), st.integers(0, 2**64 - 1),
+                          st.sampled_from([0, 127, 128, 2**14 - 1, 2**14, 2**63, 2**64 - 1])), max_size=30))
+def test_timestamp_fields_of_ascending_times_are_varints_one_by_one(times):
+    times.sort()
+    assert perfetto.timestamp_fields(times, ascending=True) == [b"\x40" + perfetto.varint(t) for t in times]
+
+
 def test_timestamp_fields_beyond_uint64_as_varint_has_them():
     assert perfetto.timestamp_fields([2**64, 5]) == [b"\x40" + perfetto.varint(2**64), b"\x40\x05"]

@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import functools
 import operator
+import re
 import struct
+from bisect import bisect_left
 from collections import defaultdict
 from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
@@ -677,7 +679,7 @@ class _Columns:
         times = list(map((ends + starts).__getitem__, codes))
         self.size = len(codes)
         # the timestamp field per event; remembered per layout only (a log's ranks each have their own times)
-        self.stamps = timestamp_fields(times)
+        self.stamps = timestamp_fields(times, ascending=True)
         self.slots = list(map((slots + slots).__getitem__, codes))
         kinds = list(map(operator.ge, codes, repeat(n)))  # True for a begin
         self.begin_at = list(compress(count(), kinds))  # event index of each begin
@@ -748,11 +750,12 @@ def generation_order(layout: Layout) -> list[int]:
     return codes
 
 
-def timestamp_fields(times: list[int]) -> list[bytes]:
+def timestamp_fields(times: list[int], ascending: bool = False) -> list[bytes]:
     """TracePacket's timestamp field (tag 0x40, then the varint) of each time, encoded by upb in one call.
 
     A message with one unpacked repeated uint64 field numbered 8 serializes as exactly these
-    fields one after another; each is cut out by its length, known from the value's bit length.
+    fields one after another; each is cut out by its length, known from the value's bit length
+    (`ascending`: the times are in ascending order, see `ascending_fields`).
     """
     if not times:
         return []
@@ -761,8 +764,26 @@ def timestamp_fields(times: list[int]) -> list[bytes]:
     column = _TimestampColumn()
     column.timestamp.extend(times)
     data = column.SerializeToString()
+    if ascending:
+        return ascending_fields(times, data)
     ends = list(accumulate(map(_TIMESTAMP_FIELD_SIZE.__getitem__, map(int.bit_length, times))))
     return list(map(data.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+
+def ascending_fields(times: list[int], data: bytes) -> list[bytes]:
+    """The timestamp fields of these ascending uint64s, cut out of their column `data`: the
+    times of one varint length are a run (found by bisection), whose fields one regex cuts in
+    C, one stride apart (twice as fast as a slice each)."""
+    fields: list[bytes] = []
+    offset = i = 0
+    for groups in range(1, 11):  # varints of this many 7-bit groups: values below 2^(7 * groups)
+        j = bisect_left(times, 1 << 7 * groups, i)
+        if j > i:
+            size = 1 + groups  # the tag, then the varint
+            stop = offset + size * (j - i)
+            fields += _FIELDS_OF_SIZE[size].findall(data, offset, stop)
+            offset, i = stop, j
+    return fields
 
 
 def _timestamp_column_class():
@@ -778,6 +799,7 @@ def _timestamp_column_class():
 
 _TimestampColumn = _timestamp_column_class()
 _TIMESTAMP_FIELD_SIZE = [1 + max(1, (bits + 6) // 7) for bits in range(65)]  # tag + varint, by bit length
+_FIELDS_OF_SIZE = {size: re.compile(b"(?s).{%d}" % size) for size in range(2, 12)}  # see `ascending_fields`
 
 
 PROCESS_UUID_BASE = 1 << 40  # thread track uuids are their tids (< 2^32): process uuids sit above them
