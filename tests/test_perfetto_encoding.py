@@ -26,17 +26,31 @@ def test_varint_is_protobufs(n):
     assert b"\x40" + perfetto.varint(n) == pb.TracePacket(timestamp=n).SerializeToString()
 
 
-@pytest.mark.parametrize("pid", [1, 2, 127, 128, 1025, 16383, 16384, 2**21 - 1])
-@pytest.mark.parametrize("slot", [1, 2, 127, 128, 999])
-def test_thread_uuid_varint_is_pid_bytes_then_slot(pid, slot):
+@pytest.mark.parametrize("pid", [1, 2, 127, 128, 1025, 16383, 16384, perfetto.MAX_PID])
+@pytest.mark.parametrize("slot", [0, 1, 2, 127, 128, 999, perfetto.MAX_SLOT])
+def test_thread_uuid_varint_is_slot_bytes_then_pid_bytes(pid, slot):
     uuid = perfetto.thread_uuid(pid, slot)
     encoded = pb.TrackEvent(track_uuid=uuid).SerializeToString()
-    assert encoded == b"\x58" + perfetto.pid_bytes(pid) + perfetto.varint(slot)
+    assert encoded == b"\x58" + perfetto.slot_bytes(slot) + perfetto.pid_bytes(pid)
+    assert len(perfetto.pid_bytes(pid)) == perfetto.PID_FIELD_SIZE
+    # the pid bytes are the varint of the sequence id: one P serves both (see "slice events")
+    assert pb.TracePacket(trusted_packet_sequence_id=perfetto.sequence_id(pid)).SerializeToString() == (
+        b"\x50" + perfetto.pid_bytes(pid))
 
 
-def test_pid_beyond_the_uuid_scheme_is_refused():
+def test_thread_uuids_are_unique_and_below_process_uuids():
+    pids = [1, 2, 127, 128, 16383, 16384, perfetto.MAX_PID]
+    slots = [0, 1, 127, 128, 999, perfetto.MAX_SLOT]
+    uuids = {perfetto.thread_uuid(pid, slot) for pid in pids for slot in slots}
+    assert len(uuids) == len(pids) * len(slots)
+    assert max(uuids) < perfetto.PROCESS_UUID_BASE
+
+
+def test_pid_and_slot_beyond_the_uuid_scheme_are_refused():
     with pytest.raises(ValueError, match="ranks below"):
-        perfetto.pid_bytes(2**21)
+        perfetto.pid_bytes(perfetto.MAX_PID + 1)
+    with pytest.raises(ValueError, match="threads per rank"):
+        perfetto.slot_bytes(perfetto.MAX_SLOT + 1)
 
 
 def written(trace, timeline=None) -> bytes:
@@ -128,6 +142,14 @@ def test_args_are_built_one_process_at_a_time():
 @given(st.lists(st.one_of(st.integers(0, 300), st.integers(0, 2**64 - 1)), max_size=20))
 def test_timestamp_fields_are_varints_one_by_one(times):
     assert perfetto.timestamp_fields(times) == [b"\x40" + perfetto.varint(t) for t in times]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 300), st.integers(0, 2**64 - 1),
+                          st.sampled_from([0, 127, 128, 2**14 - 1, 2**14, 2**63, 2**64 - 1])), max_size=30))
+def test_timestamp_fields_of_ascending_times_are_varints_one_by_one(times):
+    times.sort()
+    assert perfetto.timestamp_fields(times, ascending=True) == [b"\x40" + perfetto.varint(t) for t in times]
 
 
 def test_timestamp_fields_beyond_uint64_as_varint_has_them():

@@ -12,8 +12,8 @@ per value, no dict per slice.
 Packet stream:
 1. on sequence SEQUENCE_ID (1), a packet that clears incremental state, then a track
    descriptor per process (pid, name, sort index; uuid 2^40 + pid) and per thread (pid, tid,
-   name, sort index; uuid pid | slot << 21, see `thread_uuid`);
-2. per process, in plan order, on a trusted sequence of its own (`sequence_id`: 2^21 + pid):
+   name, sort index; uuid: its varint is the slot's bytes then the pid's, see `thread_uuid`);
+2. per process, in plan order, on a trusted sequence of its own (`sequence_id`: 2^14 + pid):
    a packet with SEQ_INCREMENTAL_STATE_CLEARED interning every slice name and arg name the
    process uses (iids from 1, in first-use order over its begins), then its TYPE_SLICE_BEGIN /
    TYPE_SLICE_END events (SEQ_NEEDS_INCREMENTAL_STATE) in time order, begins and ends of one
@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import functools
 import operator
+import re
 import struct
+from bisect import bisect_left
 from collections import defaultdict
 from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
@@ -125,9 +127,9 @@ def encode_process(process: Process, encoder: _EventEncoder | None = None, share
 
 
 def sequence_id(pid: int) -> int:
-    """A process's trusted_packet_sequence_id: above SEQUENCE_ID, and a 4-byte varint for every
-    pid (`pid_bytes` refuses pids from 2^21), so framing lengths do not depend on the pid."""
-    return SEQUENCE_BASE + pid
+    """A process's trusted_packet_sequence_id: above SEQUENCE_ID, and a 3-byte varint for every
+    pid (`pid_bytes`), so framing lengths do not depend on the pid."""
+    return PID_OFFSET + pid
 
 
 # ---------------------------------------------------------------- slice events, encoded by hand
@@ -135,16 +137,19 @@ def sequence_id(pid: int) -> int:
 # Millions of begin/end packets through protobuf objects cost several µs each. Here each
 # distinct begin (name and args) is encoded once (`begin_head`), and the packets of a process
 # are framed column by column (`frame`: lengths and their varints through `map`, the pieces
-# joined once), in the field order protobuf itself writes. A packet is 3 pieces:
-#   [Trace.packet tag, packet length] [timestamp field] [the rest: sequence id, track_event
-#   tag, event length, TrackEvent fields, sequence_flags]
-# An end's rest depends only on the process and the thread slot (`_EndRests`): made once per
-# slot. A begin's rest is joined from [sequence id, track_event tag, event length] [TrackEvent
-# fields before track_uuid, track_uuid tag] [pid's 3 bytes] [slot varint, any flow id,
-# sequence_flags]. Track uuids are chosen so that the track_uuid varint is the pid's 3 bytes
-# followed by the slot's (`thread_uuid`). Ranks drawn with one layout (the ranks of a stage
-# in a scheduled trace) reuse the begins' heads of the first of them and encode again only
-# the begins that differ (args of their own).
+# joined once), in the field order protobuf itself writes. A packet is
+#   [Trace.packet tag, packet length] [timestamp field] [sequence id tag] P [track_event tag,
+#   event length, TrackEvent fields before track_uuid, track_uuid tag, slot bytes] P [any flow
+#   id, sequence_flags]
+# where P is the pid's 3 bytes (`pid_bytes`): the sequence id's varint, and the end of the
+# thread's track uuid varint (`thread_uuid`: the slot's bytes, then P). So P is the only
+# thing in a packet that depends on the process, twice, and nothing but the layout's pieces
+# lies between: a process is `P.join(pieces)`. `frame` cuts each packet in 3 pieces
+# (packet head, timestamp, rest with P in it); an end's rest depends only on the process and
+# the slot (`_EndRests`). Ranks drawn with one layout (the ranks of a stage in a scheduled
+# trace) share the pieces between the P's (`member_parts`): the first of them makes them,
+# the others join them with their P and replace only the pieces around the begins that differ
+# (a flow, a name or args of their own).
 #
 # Tags are (field number << 3) | wire type, from perfetto_trace.proto: Trace.packet = 1
 # (message); TracePacket: timestamp = 8 (varint), trusted_packet_sequence_id = 10 (varint),
@@ -163,48 +168,77 @@ _FLOW_IDS = b"\xf9\x02"  # varint 377 = 47 << 3 | 1
 _TERMINATING_FLOW_IDS = b"\x81\x03"  # varint 385 = 48 << 3 | 1
 # the tag of a begin's flow id, by direction (a chain's middle link goes on, as its start does)
 _FLOW_TAGS = tuple({FLOW_NONE: b"", FLOW_OUT: _FLOW_IDS, FLOW_IN: _TERMINATING_FLOW_IDS, FLOW_STEP: _FLOW_IDS}[d] for d in range(4))
-_FLOW_ID = struct.Struct("<Q")  # fixed64
 _FLOW_ID_AND_FLAGS = struct.Struct("<QBB")  # a flow id, then the sequence_flags field (2 bytes, see _FLAGS)
-PID_BITS = 21  # thread track uuid = pid | slot << PID_BITS
-PID_FIELD_SIZE = PID_BITS // 7  # bytes of the pid part of a thread uuid's varint
+PID_OFFSET = 1 << 14  # sequence id = PID_OFFSET + pid: a 3-byte varint from pid 1 ...
+MAX_PID = (1 << 21) - PID_OFFSET - 1  # ... to this one
+PID_FIELD_SIZE = 3  # bytes of `pid_bytes`
+MAX_SLOT = (1 << 14) - 1  # a slot's bytes in a thread uuid: 1 or 2 (`slot_bytes`)
 _PIECES_PER_PACKET = 3
-_MEMBER_PIECES = 6  # see `_EventEncoder.member_parts`
-SEQUENCE_BASE = 1 << PID_BITS  # see `sequence_id`
+# a packet's bytes besides its timestamp field, the piece between its P's and what follows the last
+_PACKET_FIXED = 1 + 2 * PID_FIELD_SIZE  # the sequence id tag and both P's
 
 
-class _EventHeads(dict):
-    """len(head) + len(tail) of a begin -> the sequence id, track_event tag and event length
-    before it (the event: head, pid, tail without the sequence flags)."""
+class _EndPieces(dict):
+    """slot -> an end's piece between its 2 P's: track_event tag, event length, type,
+    track_uuid tag and the slot's bytes (the same for every process)."""
 
-    def __init__(self, prefix: bytes):
-        super().__init__()
-        self.prefix = prefix
-
-    def __missing__(self, size: int) -> bytes:
-        text = self[size] = self.prefix + varint(size + PID_FIELD_SIZE - len(_FLAGS))
+    def __missing__(self, slot: int) -> bytes:
+        uuid_start = _END_HEAD + slot_bytes(slot)
+        text = self[slot] = _TRACK_EVENT + varint(event_size(uuid_start, _FLAGS)) + uuid_start
         return text
 
 
 class _EndRests(dict):
-    """slot -> an end's packet after its timestamp on this sequence (`prefix`) and pid."""
+    """slot -> an end's packet after its timestamp, for a process (`pid`: its P)."""
 
-    def __init__(self, prefix: bytes, pid: bytes):
+    def __init__(self, pid: bytes, end_pieces: _EndPieces):
         super().__init__()
-        self.prefix = prefix
-        self.pid = pid
+        self.before = _SEQUENCE + pid
+        self.after = pid + _FLAGS
+        self.end_pieces = end_pieces
 
     def __missing__(self, slot: int) -> bytes:
-        event = _END_HEAD + self.pid + varint(slot)
-        text = self[slot] = self.prefix + varint(len(event)) + event + _FLAGS
+        text = self[slot] = self.before + self.end_pieces[slot] + self.after
+        return text
+
+
+class _SlotBytes(dict):
+    """slot -> `slot_bytes(slot)`, made when first asked for."""
+
+    def __missing__(self, slot: int) -> bytes:
+        text = self[slot] = slot_bytes(slot)
         return text
 
 
 class _FlowHeads(dict):
-    """slot << 2 | flow direction -> the slot's varint and the tag of the flow id that follows."""
+    """slot << 2 | flow direction -> the slot's bytes, P (`pid`) and the tag of the flow id that follows."""
+
+    def __init__(self, pid: bytes):
+        super().__init__()
+        self.pid = pid
 
     def __missing__(self, key: int) -> bytes:
-        text = self[key] = varint(key >> 2) + _FLOW_TAGS[key & 3]
+        text = self[key] = slot_bytes(key >> 2) + self.pid + _FLOW_TAGS[key & 3]
         return text
+
+
+class _SlotPids(dict):
+    """slot -> `slot_bytes(slot)`, then P (`pid`) and `suffix`."""
+
+    def __init__(self, pid: bytes, suffix: bytes):
+        super().__init__()
+        self.pid = pid
+        self.suffix = suffix
+
+    def __missing__(self, slot: int) -> bytes:
+        text = self[slot] = slot_bytes(slot) + self.pid + self.suffix
+        return text
+
+
+def event_size(uuid_start: bytes, after: bytes) -> int:
+    """The length of a TrackEvent: its fields up to the slot's bytes (`uuid_start`), the P that
+    ends the track uuid, and `after` (any flow id and the packet's sequence_flags) but the flags."""
+    return len(uuid_start) + PID_FIELD_SIZE + len(after) - len(_FLAGS)
 
 
 class _Prefixed(dict):
@@ -221,15 +255,29 @@ class _Prefixed(dict):
 
 
 def thread_uuid(pid: int, slot: int) -> int:
-    """A thread's track uuid: unique, and its varint is `pid_bytes(pid) + varint(slot)`."""
-    return pid | slot << PID_BITS
+    """A thread's track uuid, whose varint is `slot_bytes(slot) + pid_bytes(pid)`.
+
+    Unique: below 2^28 for slots below 128, from 2^28 to 2^35 for the others (process uuids
+    are from 2^40), each of one slot and pid."""
+    shift = 7 * len(slot_bytes(slot))
+    return slot | sequence_id(pid) << shift
+
+
+def slot_bytes(slot: int) -> bytes:
+    """The start of a thread uuid's varint: the slot's 7-bit groups, each followed by more."""
+    if not 0 <= slot <= MAX_SLOT:
+        raise ValueError(f"thread slot {slot}: the .pftrace writer draws up to {MAX_SLOT} threads per rank")
+    if slot < 0x80:
+        return bytes([slot | 0x80])
+    return bytes([slot & 0x7F | 0x80, slot >> 7 | 0x80])
 
 
 def pid_bytes(pid: int) -> bytes:
-    """The first 3 bytes of any thread uuid varint of this pid (slot >= 1 sets the later bits)."""
-    if not 0 < pid < 1 << PID_BITS:
-        raise ValueError(f"pid {pid}: the .pftrace writer draws ranks below {(1 << PID_BITS) - 1}")
-    return bytes([pid & 0x7F | 0x80, pid >> 7 & 0x7F | 0x80, pid >> 14 & 0x7F | 0x80])
+    """P: the varint of the process's sequence id, 3 bytes for every pid, which also ends the
+    varint of each of its thread uuids."""
+    if not 0 < pid <= MAX_PID:
+        raise ValueError(f"pid {pid}: the .pftrace writer draws ranks below {MAX_PID}")
+    return varint(sequence_id(pid))
 
 
 BEGIN_CACHE_BYTES = 32 << 20  # encoded begins kept for reuse by the next ranks of a layout
@@ -273,24 +321,27 @@ class _Interned:
         self.begins: dict[tuple[str, int], bytes] = {}  # (name, id(args)) -> see `begin_heads`
         self.pinned: list[dict[str, Any]] = []  # the args of `begins`
         self.begin_bytes = 0
-        self.interned_data: bytes | None = None  # see `packet`
+        self.packet_pieces: tuple[bytes, bytes] | None = None  # see `packet`
 
-    def packet(self, sequence: int) -> bytes:
-        """The packet that starts a process's sequence: clears its state and interns every name.
+    def packet(self, pid: bytes) -> bytes:
+        """The packet that starts a process's sequence (`pid`: its P): clears its state and interns every name."""
+        head, rest = self.pieces()
+        return head + pid + rest
 
-        Framed by hand around the interned data encoded once: TracePacket's
-        trusted_packet_sequence_id (10), interned_data (12), sequence_flags (13), in that order.
-        """
-        if self.interned_data is None:
+    def pieces(self) -> tuple[bytes, bytes]:
+        """`packet` before and after its P, framed by hand around the interned data encoded once:
+        TracePacket's trusted_packet_sequence_id (10), interned_data (12), sequence_flags (13)."""
+        if self.packet_pieces is None:
             interned = pb.InternedData()
             for name, iid in self.names.items():
                 interned.event_names.add(iid=iid, name=name)
             for name, iid in self.arg_names.items():
                 interned.debug_annotation_names.add(iid=iid, name=name)
             data = interned.SerializeToString()
-            self.interned_data = b"\x62" + varint(len(data)) + data + b"\x68" + bytes([_CLEARED])
-        body = _SEQUENCE + varint(sequence) + self.interned_data
-        return _PACKET + varint(len(body)) + body
+            rest = b"\x62" + varint(len(data)) + data + b"\x68" + bytes([_CLEARED])
+            head = _PACKET + varint(len(_SEQUENCE) + PID_FIELD_SIZE + len(rest)) + _SEQUENCE
+            self.packet_pieces = (head, rest)
+        return self.packet_pieces
 
     def forget_begins(self) -> None:
         self.begins.clear()
@@ -322,10 +373,14 @@ class _EventEncoder:
         self.interned: _Interned | None = None  # the last process's
         self.arg_states: dict[tuple[str, ...], _ArgNames] = {}  # by arg names: stages alternate between a few
         self.packet_heads = _Prefixed(_PACKET)  # packet length -> its tag and varint
-        self.sequence = 0
-        self.event_heads = _EventHeads(b"")  # see `_EventHeads`, on `sequence`
-        self.slot_tails = _Prefixed(b"", suffix=_FLAGS)  # slot -> its varint and the sequence flags
-        self.flow_heads = _FlowHeads()
+        self.event_heads = _Prefixed(_TRACK_EVENT)  # event length -> its tag and varint
+        self.slot_bytes = _SlotBytes()
+        self.end_pieces = _EndPieces()
+        self.pid = b""  # the P of the process being framed (`start_sequence`)
+        self.end_rests = _EndRests(b"", self.end_pieces)
+        self.sequence_event_heads = _Prefixed(b"")  # event length -> sequence id field, event tag and length
+        self.flow_heads = _FlowHeads(b"")  # slot << 2 | flow direction -> its bytes, P and the flow's tag
+        self.slot_tails = _SlotPids(b"", _FLAGS)  # slot -> its bytes, P and the sequence flags
 
     def interned_for(self, key: tuple[tuple[str, ...], tuple[str, ...]]) -> _Interned:
         last = self.interned
@@ -340,13 +395,15 @@ class _EventEncoder:
         return self.interned
 
     def start_sequence(self, pid: int) -> bytes:
-        """Frame the next events on this process's sequence; the sequence id field."""
-        sequence = sequence_id(pid)
-        field = _SEQUENCE + varint(sequence)
-        if sequence != self.sequence:
-            self.sequence = sequence
-            self.event_heads = _EventHeads(field + _TRACK_EVENT)
-        return field
+        """Frame the next events on this process's sequence; its P (`pid_bytes`)."""
+        mine = pid_bytes(pid)
+        if mine != self.pid:
+            self.pid = mine
+            self.end_rests = _EndRests(mine, self.end_pieces)
+            self.sequence_event_heads = _Prefixed(_SEQUENCE + mine + _TRACK_EVENT)
+            self.flow_heads = _FlowHeads(mine)
+            self.slot_tails = _SlotPids(mine, _FLAGS)
+        return mine
 
     # -- one process
 
@@ -359,12 +416,11 @@ class _EventEncoder:
             columns = layout.cache["perfetto"] = _Columns(layout)
         if not columns.size:
             return []
-        pid = pid_bytes(process.pid)
-        self.start_sequence(process.pid)
+        pid = self.start_sequence(process.pid)
         rows = None if shared else process.arg_rows()
         args = None if rows is not None else process.slice_args
-        own = None  # a shared layout's positions whose name or args are not its reference's
-        if shared and columns.reference is not None:
+        own = None  # a shared layout's positions whose name or args are not its base's
+        if shared and columns.base is not None:
             own = columns.own_positions(process)
         if own is not None and columns.same_tables(process, own):
             interned = self.interned_for(columns.ref_key)
@@ -373,101 +429,125 @@ class _EventEncoder:
         if shared:
             parts = self.member_parts(columns, interned, process, pid, own)
             if parts is not None:
-                return _prepend(interned.packet(self.sequence), parts)
+                return parts
             heads = columns.heads(self, interned, process.names, args)
         elif rows is not None:
             heads = self.row_begin_heads(interned, list(map(process.names.__getitem__, columns.begin_positions)), rows,
                                          columns.begin_positions)
         else:
             heads = columns.heads(self, interned, process.names, args)
-        return _prepend(interned.packet(self.sequence), self.frame(columns, heads, pid, columns.tails(self, process)))
+        return _prepend(interned.packet(pid), self.frame(columns, heads, pid, self.begin_tails(columns, process)))
 
     # -- processes drawn with a shared layout (the ranks of a stage in a scheduled trace)
     #
-    # Their packets are 6 pieces, the same bytes as `frame`'s cut so that a process reuses the
-    # pieces of the layout's first process (its `reference`) and replaces only its pid and
-    # sequence id, and the begins that differ (a flow, or a name or args of their own):
-    #   [Trace.packet tag, packet length] [timestamp field] [sequence id, track_event tag,
-    #   event length] [TrackEvent fields before track_uuid, track_uuid tag] [pid's 3 bytes]
-    #   [slot varint, any flow id, sequence_flags]
+    # Such a process is `P.join(pieces)` (see "slice events" above), 2 pieces a packet and
+    # one more at each end:
+    #   [the interning packet's head, up to its sequence id tag]
+    #   then per event i: [what follows the previous P (the interning packet's rest, or the
+    #   previous event's flow id and flags), packet head, timestamp field, sequence id tag]
+    #   [track_event tag, event length, fields, track_uuid tag, slot bytes]
+    #   and last [the last event's flags].
+    # The layout's pieces are those of the last process framed with them (its `base`): the
+    # next one replaces, in place, only the pieces around its begins that differ from the
+    # base's (another name or args object, another flow). Ranks next to each other share most
+    # args (a group's), so few differ but their flows.
 
     def member_parts(self, columns: _Columns, interned: _Interned, process: Process, pid: bytes,
                      own: tuple[list[int], list[int]] | None) -> list[bytes] | None:
-        """A process drawn with a shared layout, in 6 pieces a packet; None when its interning
-        differs from the reference's (then its heads are encoded again). `own`: see
+        """A process drawn with a shared layout, in one piece; None when its interning differs
+        from the layout's (then its heads are encoded again). `own`: see
         `_Columns.own_positions` (None for the first process)."""
-        if columns.parts is None:
-            columns.reference = (process.names, process.slice_args)
+        if columns.pieces is None:
+            columns.base = (process.names, process.slice_args)
             columns.ref_key = interned.key
             columns.ref_heads = columns.heads(self, interned, process.names, process.slice_args)
-            heads = [_END_HEAD] * columns.size
-            list(map(heads.__setitem__, columns.begin_at, columns.ref_heads))
-            tails = list(map(self.slot_tails.__getitem__, columns.slots))
-            columns.parts = self.frame_pieces(columns.stamps, heads, pid, tails)
-            columns.ref_sequence = self.sequence
+            self.first_pieces(columns, interned)
         elif columns.ref_key != interned.key:
             return None
-        parts = list(columns.parts)
-        parts[4::_MEMBER_PIECES] = [pid] * columns.size
-        if columns.ref_sequence != self.sequence:  # the same lengths (see `sequence_id`), another sequence id
-            ref_heads = parts[2::_MEMBER_PIECES]
-            field = self.event_heads.prefix
-            mine = {head: field + head[len(field):] for head in dict.fromkeys(ref_heads)}
-            parts[2::_MEMBER_PIECES] = list(map(mine.__getitem__, ref_heads))
         if own is None:
             own = columns.own_positions(process)
-        differ = set(own[0]).union(own[1])
-        redo = sorted(differ.union(process.flows))
-        if redo:
-            self.reframe(parts, columns, interned, process, pid, redo, differ)
-        return parts
+        self.replace_begins(columns, interned, process, set(own[0]).union(own[1]))
+        columns.base = (process.names, process.slice_args)
+        columns.base_flows = process.flows
+        return [pid.join(columns.pieces)]
 
-    def reframe(self, parts: list[bytes], columns: _Columns, interned: _Interned, process: Process, pid: bytes,
-                positions: list[int], own: set[int]) -> None:
-        """Frame again, in `parts`, the begins at these positions: with this process's flows, and
-        with its own name and args at the positions in `own`."""
+    def first_pieces(self, columns: _Columns, interned: _Interned) -> None:
+        """The pieces of the layout's first process, without its flows (see above)."""
+        n = columns.size
+        between = list(map(self.end_pieces.__getitem__, columns.slots))  # the piece between an event's P's
+        heads, slots = columns.ref_heads, list(map(self.slot_bytes.__getitem__, columns.begin_slots))
+        sizes = map(operator.add, map(operator.add, map(len, heads), map(len, slots)), repeat(PID_FIELD_SIZE))
+        list(map(between.__setitem__, columns.begin_at, map(b"".join, zip(map(self.event_heads.__getitem__, sizes),
+                                                                           heads, slots))))
+        del slots
+        head, rest = interned.pieces()
+        columns.packet_heads = list(map(self.packet_heads.__getitem__, map(
+            operator.add, map(operator.add, map(len, columns.stamps), map(len, between)), repeat(_PACKET_FIXED + len(_FLAGS)))))
+        columns.packet_heads.append(b"")
+        columns.stamps_and_tags = list(map(operator.add, columns.stamps, repeat(_SEQUENCE)))
+        columns.stamps_and_tags.append(b"")
+        columns.afters = [rest] + [_FLAGS] * n
+        columns.base_flows = {}
+        pieces: list[bytes] = [b""] * (2 * n + 2)
+        pieces[0] = head
+        pieces[1::2] = list(map(b"".join, zip(columns.afters, columns.packet_heads, columns.stamps_and_tags)))
+        pieces[2::2] = between
+        columns.pieces = pieces
+
+    def replace_begins(self, columns: _Columns, interned: _Interned, process: Process, own: set[int]) -> None:
+        """Make the layout's pieces this process's: replace those of the begins whose name or
+        args (positions in `own`) or flow differ from the base's."""
+        flows, base_flows = process.flows, columns.base_flows
+        changed = set(flows).union(base_flows)
+        changed = list(compress(changed, map(operator.ne, map(flows.get, changed, repeat(0)),
+                                             map(base_flows.get, changed, repeat(0)))))
+        codes = list(map(flows.get, changed, repeat(0)))
+        # a flow that comes or goes changes the event's length: its packet is framed again
+        resized = compress(changed, map(operator.ne, map(operator.not_, codes),
+                                        map(operator.not_, map(base_flows.get, changed, repeat(0)))))
+        framed = sorted(own.union(resized))
+        if framed:
+            self.frame_again(columns, interned, process, framed, own)
+        events = list(map(columns.begin_at.__getitem__, map(columns.begin_index.__getitem__, changed)))
+        after_at = list(map(operator.add, events, repeat(1)))
+        list(map(columns.afters.__setitem__, after_at, flow_afters(codes)))
+        # the pieces before the packets framed again (their heads) and after the changed flows
+        framed_events = list(map(columns.begin_at.__getitem__, map(columns.begin_index.__getitem__, framed)))
+        around = list(dict.fromkeys(framed_events + after_at))
+        pieces = columns.pieces
+        list(map(pieces.__setitem__, map(operator.add, map(operator.add, around, around), repeat(1)), map(
+            b"".join, zip(map(columns.afters.__getitem__, around), map(columns.packet_heads.__getitem__, around),
+                          map(columns.stamps_and_tags.__getitem__, around)))))
+
+    def frame_again(self, columns: _Columns, interned: _Interned, process: Process, positions: list[int],
+                    own: set[int]) -> None:
+        """The piece between the P's and the packet head of the begins at these positions, with
+        this process's name and args at the positions in `own`, and its flows."""
         begins = list(map(columns.begin_index.__getitem__, positions))
-        heads = list(map(columns.ref_heads.__getitem__, begins))
-        differ = [j for j, i in enumerate(positions) if i in own]
-        if differ:
-            mine = [positions[j] for j in differ]
+        mine = [i for i in positions if i in own]
+        if mine:
             names, args = process.names, process.slice_args
             new_heads = self.begin_heads(interned, list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
-            for j, head in zip(differ, new_heads):
-                heads[j] = head
-        codes = list(map(process.flows.get, positions, repeat(0)))
-        tails = self.begin_tails(list(map(columns.begin_slots.__getitem__, begins)), codes)
+            list(map(columns.ref_heads.__setitem__, map(columns.begin_index.__getitem__, mine), new_heads))
+        heads = list(map(columns.ref_heads.__getitem__, begins))
+        after_sizes = [len(_FLAGS) + 10 if code else len(_FLAGS) for code in map(process.flows.get, positions, repeat(0))]
         events = list(map(columns.begin_at.__getitem__, begins))
-        framed = self.frame_pieces(list(map(columns.stamps.__getitem__, events)), heads, pid, tails)
-        width = _MEMBER_PIECES
-        starts = [k * width for k in events]
-        for piece in (0, 2, 3, 5):  # the timestamp (1) is the layout's; the pid (4) is set
-            list(map(parts.__setitem__, map(operator.add, starts, repeat(piece)), framed[piece::width]))
-
-    def frame_pieces(self, stamps: list[bytes], heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
-        """The 6 pieces of one packet per (timestamp field, head, tail), all with this pid."""
-        sizes = list(map(operator.add, map(len, heads), map(len, tails)))
-        event_heads = list(map(self.event_heads.__getitem__, sizes))
-        # packet length: timestamp field + sequence id, event tag and length + head + pid + tail
-        packet_sizes = map(operator.add, map(operator.add, map(len, stamps), map(len, event_heads)), sizes)
-        n = len(heads)
-        parts: list[bytes] = [b""] * (_MEMBER_PIECES * n)
-        parts[0::_MEMBER_PIECES] = list(map(self.packet_heads.__getitem__, map(operator.add, packet_sizes,
-                                                                                repeat(PID_FIELD_SIZE))))
-        parts[1::_MEMBER_PIECES] = stamps
-        parts[2::_MEMBER_PIECES] = event_heads
-        parts[3::_MEMBER_PIECES] = heads
-        parts[4::_MEMBER_PIECES] = [pid] * n
-        parts[5::_MEMBER_PIECES] = tails
-        return parts
+        slots = list(map(self.slot_bytes.__getitem__, map(columns.begin_slots.__getitem__, begins)))
+        sizes = map(operator.add, map(operator.add, map(len, heads), map(len, slots)), after_sizes)
+        between = list(map(b"".join, zip(map(self.event_heads.__getitem__, map(operator.sub, sizes, repeat(
+            len(_FLAGS) - PID_FIELD_SIZE))), heads, slots)))
+        list(map(columns.pieces.__setitem__, map(operator.add, map(operator.add, events, events), repeat(2)), between))
+        packet_sizes = map(operator.add, map(operator.add, map(len, map(columns.stamps.__getitem__, events)),
+                                             map(len, between)), map(operator.add, after_sizes, repeat(_PACKET_FIXED)))
+        list(map(columns.packet_heads.__setitem__, events, map(self.packet_heads.__getitem__, packet_sizes)))
 
     def frame(self, columns: _Columns, heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
         """The pieces of every packet of a layout's events, with these begins' heads and tails
-        (in begin order) and this pid."""
-        # a begin's event: head (with the track_uuid tag) + pid + tail without the 2 flag bytes
-        sizes = list(map(operator.add, map(len, heads), map(len, tails)))
-        begin_rests = list(map(b"".join, zip(map(self.event_heads.__getitem__, sizes), heads, repeat(pid), tails)))
-        rests = list(map(_EndRests(self.event_heads.prefix, pid).__getitem__, columns.slots))
+        (in begin order, see `begin_tails`) and this P."""
+        sizes = map(operator.add, map(len, heads), map(len, tails))
+        begin_rests = list(map(b"".join, zip(map(self.sequence_event_heads.__getitem__, map(operator.sub, sizes, repeat(
+            len(_FLAGS)))), heads, tails)))
+        rests = list(map(self.end_rests.__getitem__, columns.slots))
         list(map(rests.__setitem__, columns.begin_at, begin_rests))
         del begin_rests
         stamps = columns.stamps
@@ -479,16 +559,20 @@ class _EventEncoder:
         parts[2::_PIECES_PER_PACKET] = rests
         return parts
 
-    def begin_tails(self, slots: list[int], codes: list[int]) -> list[bytes]:
-        """The slot, the flow (`code`: see `layout_chrome.flow_of`; 0 for none) and the flags, per begin."""
-        # slot varint and flow tag, by slot << 2 | direction; then the flow id and the flags
-        heads = map(self.flow_heads.__getitem__, map(operator.or_, map(operator.lshift, slots, repeat(2)),
-                                                     map(operator.and_, codes, repeat(3))))
-        if all(codes):
+    def begin_tails(self, columns: _Columns, process: Process) -> list[bytes]:
+        """Per begin (in begin order), what follows its head: its slot's bytes, P (the track
+        uuid's end), any flow id and the sequence flags."""
+        tails = list(map(self.slot_tails.__getitem__, columns.begin_slots))
+        flows = process.flows
+        if flows:
+            begins = list(map(columns.begin_index.__getitem__, flows))
+            codes = list(flows.values())  # none 0
+            # slot bytes, P and flow tag by slot << 2 | direction; then the flow id and the flags
+            heads = map(self.flow_heads.__getitem__, map(operator.or_, map(operator.lshift, map(
+                columns.begin_slots.__getitem__, begins), repeat(2)), map(operator.and_, codes, repeat(3))))
             ids = map(_FLOW_ID_AND_FLAGS.pack, map(operator.rshift, codes, repeat(2)), repeat(_FLAGS[0]), repeat(_FLAGS[1]))
-        else:
-            ids = [_FLOW_ID.pack(code >> 2) + _FLAGS if code else _FLAGS for code in codes]
-        return list(map(operator.add, heads, ids))
+            list(map(tails.__setitem__, begins, map(operator.add, heads, ids)))
+        return tails
 
     def begin_heads(self, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         """TrackEvent fields 4 (debug annotations), 9 (type) and 10 (name_iid), then the
@@ -586,21 +670,17 @@ class _Columns:
     def __init__(self, layout: Layout):
         starts, ends, slots = layout.starts, layout.ends, layout.slots
         n = len(starts)
-        codes = generation_order(layout)  # per seq: n + position for a begin, position for an end
-        times = list(map((ends + starts).__getitem__, codes))
-        event_slots = list(map((slots + slots).__getitem__, codes))
-        # sorted by (ts, slot) as one int per event, ts << slot bits | slot (also for ts < 0), then
-        # by seq: the sort is stable
-        slot_bits = max(event_slots, default=0).bit_length()
-        keys = list(map(operator.or_, map(operator.lshift, times, repeat(slot_bits)), event_slots))
-        seqs = sorted(range(len(codes)), key=keys.__getitem__)
+        # sorted by (ts, slot) as one int per code, ts << slot bits | slot (also for ts < 0), then by
+        # generation order: the sort is stable
+        slot_bits = max(slots, default=0).bit_length()
+        keys = list(map(operator.or_, map(operator.lshift, ends + starts, repeat(slot_bits)), slots + slots))
+        codes = sorted(generation_order(layout), key=keys.__getitem__)  # n + position for a begin, position for an end
         del keys
-        codes = list(map(codes.__getitem__, seqs))
-        times = list(map(times.__getitem__, seqs))
+        times = list(map((ends + starts).__getitem__, codes))
         self.size = len(codes)
         # the timestamp field per event; remembered per layout only (a log's ranks each have their own times)
-        self.stamps = timestamp_fields(times)
-        self.slots = list(map(event_slots.__getitem__, seqs))
+        self.stamps = timestamp_fields(times, ascending=True)
+        self.slots = list(map((slots + slots).__getitem__, codes))
         kinds = list(map(operator.ge, codes, repeat(n)))  # True for a begin
         self.begin_at = list(compress(count(), kinds))  # event index of each begin
         self.begin_positions = list(map(operator.sub, compress(codes, kinds), repeat(n)))
@@ -608,43 +688,45 @@ class _Columns:
         self.begin_index = [0] * n  # position -> its begin's index in begin order
         list(map(self.begin_index.__setitem__, self.begin_positions, range(n)))
         # a shared layout's framing, made from its first process (see `_EventEncoder.member_parts`)
-        self.parts: list[bytes] | None = None
-        self.ref_sequence = 0
-        self.reference: tuple[list, list] | None = None
-        self.ref_heads: list[bytes] | None = None
-        self.ref_key: tuple | None = None  # its interning tables
+        self.pieces: list[bytes] | None = None  # the base's
+        self.packet_heads: list[bytes] = []  # the base's, per event, then b""
+        self.afters: list[bytes] = []  # the base's, per event, what follows the P before its packet; then the last's
+        self.stamps_and_tags: list[bytes] = []  # per event, its timestamp field and the sequence id tag; then b""
+        self.base_flows: dict[int, int] = {}  # the base's flows
+        self.base: tuple[list, list] | None = None  # the names and args of the last process framed with `pieces`
+        self.ref_heads: list[bytes] | None = None  # the base's begins' heads
+        self.ref_key: tuple | None = None  # the interning tables of every process framed with `pieces`
 
     def own_positions(self, process: Process) -> tuple[list[int], list[int]]:
-        """The positions whose name, and those whose args, are not the reference process's (other objects)."""
+        """The positions whose name, and those whose args, are not the base process's (other objects)."""
         return tuple([] if mine is theirs else list(compress(count(), map(operator.is_not, mine, theirs)))
-                     for mine, theirs in zip((process.names, process.slice_args), self.reference))
+                     for mine, theirs in zip((process.names, process.slice_args), self.base))
 
     def same_tables(self, process: Process, own: tuple[list[int], list[int]]) -> bool:
-        """Whether the process's interning tables are the reference's: so when its names at
+        """Whether the process's interning tables are the base's (`ref_key`): so when its names at
         its own positions are the same and its args there have the same keys in the same order
         (the tables follow the names and keys in begin order)."""
-        (ref_names, ref_args), names, args = self.reference, process.names, process.slice_args
+        (ref_names, ref_args), names, args = self.base, process.names, process.slice_args
         own_names, own_args = own
         if not all(map(operator.eq, map(names.__getitem__, own_names), map(ref_names.__getitem__, own_names))):
             return False
-        mine, theirs = list(map(args.__getitem__, own_args)), list(map(ref_args.__getitem__, own_args))
-        pairs = dict(zip(zip(map(id, mine), map(id, theirs)), zip(mine, theirs)))  # each pair of dicts once
-        return all(list(a) == list(b) for a, b in pairs.values())
+        # the keys of each pair as tuples, compared in C (a dict per position: no Python step each)
+        return all(map(operator.eq, map(tuple, map(args.__getitem__, own_args)),
+                       map(tuple, map(ref_args.__getitem__, own_args))))
 
     def heads(self, encoder: _EventEncoder, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
         """The begins' heads, in begin order."""
         positions = self.begin_positions
         return encoder.begin_heads(interned, list(map(names.__getitem__, positions)), list(map(args.__getitem__, positions)))
 
-    def tails(self, encoder: _EventEncoder, process: Process) -> list[bytes]:
-        """The begins' tails, in begin order."""
-        tails = list(map(encoder.slot_tails.__getitem__, self.begin_slots))
-        flows = process.flows
-        if flows:
-            begins = list(map(self.begin_index.__getitem__, flows))
-            flow_tails = encoder.begin_tails(list(map(self.begin_slots.__getitem__, begins)), list(flows.values()))
-            list(map(tails.__setitem__, begins, flow_tails))
-        return tails
+
+
+def flow_afters(codes: list[int]) -> list[bytes]:
+    """Per begin, its flow (`code`: see `layout_chrome.flow_of`; 0 for none) and the sequence flags."""
+    if not all(codes):
+        return [_FLOW_TAGS[code & 3] + _FLOW_ID_AND_FLAGS.pack(code >> 2, *_FLAGS) if code else _FLAGS for code in codes]
+    ids = map(_FLOW_ID_AND_FLAGS.pack, map(operator.rshift, codes, repeat(2)), repeat(_FLAGS[0]), repeat(_FLAGS[1]))
+    return list(map(operator.add, map(_FLOW_TAGS.__getitem__, map(operator.and_, codes, repeat(3))), ids))
 
 
 def generation_order(layout: Layout) -> list[int]:
@@ -668,11 +750,12 @@ def generation_order(layout: Layout) -> list[int]:
     return codes
 
 
-def timestamp_fields(times: list[int]) -> list[bytes]:
+def timestamp_fields(times: list[int], ascending: bool = False) -> list[bytes]:
     """TracePacket's timestamp field (tag 0x40, then the varint) of each time, encoded by upb in one call.
 
     A message with one unpacked repeated uint64 field numbered 8 serializes as exactly these
-    fields one after another; each is cut out by its length, known from the value's bit length.
+    fields one after another; each is cut out by its length, known from the value's bit length
+    (`ascending`: the times are in ascending order, see `ascending_fields`).
     """
     if not times:
         return []
@@ -681,8 +764,26 @@ def timestamp_fields(times: list[int]) -> list[bytes]:
     column = _TimestampColumn()
     column.timestamp.extend(times)
     data = column.SerializeToString()
+    if ascending:
+        return ascending_fields(times, data)
     ends = list(accumulate(map(_TIMESTAMP_FIELD_SIZE.__getitem__, map(int.bit_length, times))))
     return list(map(data.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+
+def ascending_fields(times: list[int], data: bytes) -> list[bytes]:
+    """The timestamp fields of these ascending uint64s, cut out of their column `data`: the
+    times of one varint length are a run (found by bisection), whose fields one regex cuts in
+    C, one stride apart (twice as fast as a slice each)."""
+    fields: list[bytes] = []
+    offset = i = 0
+    for groups in range(1, 11):  # varints of this many 7-bit groups: values below 2^(7 * groups)
+        j = bisect_left(times, 1 << 7 * groups, i)
+        if j > i:
+            size = 1 + groups  # the tag, then the varint
+            stop = offset + size * (j - i)
+            fields += _FIELDS_OF_SIZE[size].findall(data, offset, stop)
+            offset, i = stop, j
+    return fields
 
 
 def _timestamp_column_class():
@@ -698,6 +799,7 @@ def _timestamp_column_class():
 
 _TimestampColumn = _timestamp_column_class()
 _TIMESTAMP_FIELD_SIZE = [1 + max(1, (bits + 6) // 7) for bits in range(65)]  # tag + varint, by bit length
+_FIELDS_OF_SIZE = {size: re.compile(b"(?s).{%d}" % size) for size in range(2, 12)}  # see `ascending_fields`
 
 
 PROCESS_UUID_BASE = 1 << 40  # thread track uuids are their tids (< 2^32): process uuids sit above them
