@@ -266,7 +266,9 @@ def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Pat
         return None
     name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
     found = getattr(importlib.import_module(input_format(name).load.partition(":")[0]), "PER_RANK_FORMAT", None)
-    return (name, found, written, options) if found is not None and found.parts_stay_with_workers else None
+    if found is None or not found.parts_stay_with_workers or (written == "chakra" and not found.chakra_by_workers):
+        return None
+    return name, found, written, options
 
 
 def _big_per_rank_set(paths: list[Path]) -> bool:

@@ -14,6 +14,7 @@ import converters as etc
 from conftest import SAMPLES, run_cli
 from converters import rank_timelines
 from converters.diagnostics import Diagnostics, InputError
+from converters.model import NodeKind
 from helpers.megatron_synth import write_run
 
 TIMELINES = ("t.json", "t.json.gz", "t.pftrace")
@@ -121,3 +122,12 @@ def test_without_jobs_a_big_set_is_drawn_by_workers_and_a_small_one_here(tmp_pat
     assert (tmp_path / "small.json").read_bytes() == (tmp_path / "local.json").read_bytes()
     etc.convert(paths, tmp_path / "local.pftrace", diagnostics=Diagnostics(), jobs=1)
     assert (tmp_path / "big.pftrace").read_bytes() == (tmp_path / "local.pftrace").read_bytes()
+
+
+def test_profiler_traces_to_chakra_are_written_here_even_with_workers(tmp_path):
+    # their communication skeletons would be quadratic (PerRankFormat.chakra_by_workers): the
+    # workers read, this process gets every rank whole and writes the set
+    paths = sorted((FIXTURES / "kineto_nccl").iterdir())
+    trace = etc.convert(paths, tmp_path / "set" / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
+    assert sorted(trace.ranks) == [0, 1, 2, 3]
+    assert all(any(node.kind is NodeKind.COMPUTE for node in rank.nodes) for rank in trace.ranks.values())

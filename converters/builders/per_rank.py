@@ -53,6 +53,11 @@ class PerRankFormat:
     summarize: Callable[[Any], Any] | None = None
     join: Callable[[Any, list, Options, Diagnostics], Any] | None = None
     finish: Callable[[Any, Any], Any] | None = None
+    # Whether workers may write a Chakra set (converters/rank_files.py): the client then checks
+    # the set on each rank's communication skeleton, in which a collective depends on every
+    # earlier one its dependencies reach through compute. Where compute joins many streams
+    # (profiler traces) that is quadratic in the collectives (7 GB for 2 x 105 MB of traces).
+    chakra_by_workers: bool = True
 
     @property
     def parts_stay_with_workers(self) -> bool:
