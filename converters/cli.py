@@ -209,7 +209,7 @@ def convert_command(
     ranks: Annotated[Optional[str], typer.Option(help="Ranks to draw: e.g. 0-15,1008 or all.")] = None,
     network: Network = None,
     net: NetSet = None,
-    jobs: Annotated[Optional[int], typer.Option(help="Worker processes: N > 1 reads per-rank files in N processes; big outputs are written by N forked workers (default: this process reads, all cores write from 200,000 nodes; 1: this process only).")] = None,
+    jobs: Annotated[Optional[int], typer.Option(help="Worker processes: N > 1 reads per-rank files in N processes, which also draw their ranks of a timeline; big outputs are written by N forked workers (default: a timeline of 32 MB of per-rank files or more is read and drawn on all cores, else this process reads and all cores write from 200,000 nodes; 1: this process only).")] = None,
     cluster: Annotated[Optional[str], typer.Option(
         help="Read per-rank logs on Dask: local:N workers here, or a scheduler tcp://host:8786 (pip install 'et-convert[cluster]')."
     )] = None,
