@@ -200,9 +200,9 @@ def convert(
     before any reading. A Chakra set from per-rank logs with `jobs` > 1 or `cluster` is written
     by the workers (`converters/rank_files.py`): the model returned then holds each rank's
     communication skeleton (its sends, receives and collectives), not its compute. A timeline
-    of per-rank logs with `jobs` > 1 or `cluster`, or of 32 MB of them or more, is drawn by the
-    workers (`converters/rank_timelines.py`): the model returned then holds the ranks without
-    their nodes.
+    of per-rank logs or profiler traces with `jobs` > 1 or `cluster`, or of 32 MB of them or
+    more, is drawn by the workers (`converters/rank_timelines.py`): the model returned then
+    holds the ranks without their nodes.
     """
     options = replace(options or Options(), **option_values)
     check(options)  # a bad option fails before any input is read, whatever the output
