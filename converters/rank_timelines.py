@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from array import array
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -117,7 +116,7 @@ def _draw(workers: per_rank.Workers, trace: ExecutionTrace, facts: list[RankTime
     placed = {head.rank: (head, comm) for file_results in workers.step(_place, placing, "placing")
               for head, comm in file_results}
     heads = [placed[r][0] for r in start.drawn]
-    plan = start.plan(heads, _assign_flows(start, [placed.pop(r) for r in start.drawn]))
+    plan = start.plan(heads, start.number_flows(placed.pop(r) for r in start.drawn))
     flows = {head.pid: start.planner.flows_of_pid[head.pid] for head in heads}
     start.planner.forget_comm()
     with _opened(output, writer) as out:  # (it makes the output's folder)
@@ -138,16 +137,6 @@ def _draw(workers: per_rank.Workers, trace: ExecutionTrace, facts: list[RankTime
     if writer == "chrome":
         chrome.warn_if_large(plan, json_bytes, output, diagnostics)
     report_iteration(plan, diagnostics)
-
-
-def _assign_flows(start: PlanStart, placed: list[tuple[ProcessHead, list]]) -> int:
-    """The flows between the drawn processes' communication slices (`placed`, in drawn order),
-    numbered as one process numbers them; returns their count."""
-    planner = start.planner
-    for head, comm in placed:
-        planner.flows_of_pid[head.pid] = array("q")
-        planner.add_comm(head.rank, comm)
-    return planner.assign_flows() if start.flows else 0
 
 
 def _opened(output: Path, writer: str):

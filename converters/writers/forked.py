@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import tempfile
-from array import array
 from collections import Counter
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Sequence
@@ -258,13 +257,8 @@ def draw_in_workers(
 
     def assign_flows(results: list) -> list[dict]:
         flows_of_pid = planner.flows_of_pid
-        heads: list[ProcessHead] = []
-        for block_heads, comms in results:
-            for head, comm in zip(block_heads, comms):
-                flows_of_pid[head.pid] = array("q")
-                planner.add_comm(head.rank, comm)
-            heads += block_heads
-        flow_count = planner.assign_flows() if start.flows else 0
+        heads: list[ProcessHead] = [head for block_heads, _ in results for head in block_heads]
+        flow_count = start.number_flows(pair for block_heads, comms in results for pair in zip(block_heads, comms))
         plans.append(start.plan(heads, flow_count))
         items = [{head.pid: flows_of_pid[head.pid] for head in block_heads} for block_heads, _ in results]
         planner.forget_comm()

@@ -454,6 +454,16 @@ class PlanStart:
         """`rank_weight` of every drawn rank: what decides whether to fork workers (`forked.workers_for`)."""
         return sum(map(self.rank_weight, self.drawn))
 
+    def number_flows(self, placed) -> int:
+        """The flows between drawn processes placed elsewhere (`placed`: their (ProcessHead,
+        `comm_slices`) pairs, in drawn order), numbered as one process numbers them into
+        `planner.flows_of_pid`; returns their count."""
+        planner = self.planner
+        for head, comm in placed:
+            planner.flows_of_pid[head.pid] = array("q")
+            planner.add_comm(head.rank, comm)
+        return planner.assign_flows() if self.flows else 0
+
     def plan(self, processes: list, flow_count: int) -> Plan:
         """The plan of these processes (the drawn ranks', in drawn order) and the one beside them."""
         trace, origin = self.trace, self.trace.time_origin_ns + self.shift
