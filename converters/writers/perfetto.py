@@ -169,6 +169,7 @@ _TERMINATING_FLOW_IDS = b"\x81\x03"  # varint 385 = 48 << 3 | 1
 # the tag of a begin's flow id, by direction (a chain's middle link goes on, as its start does)
 _FLOW_TAGS = tuple({FLOW_NONE: b"", FLOW_OUT: _FLOW_IDS, FLOW_IN: _TERMINATING_FLOW_IDS, FLOW_STEP: _FLOW_IDS}[d] for d in range(4))
 _FLOW_ID_AND_FLAGS = struct.Struct("<QBB")  # a flow id, then the sequence_flags field (2 bytes, see _FLAGS)
+_FLOW_AFTER_SIZE = len(_FLOW_IDS) + _FLOW_ID_AND_FLAGS.size  # what follows a begin's P with a flow (either tag)
 PID_OFFSET = 1 << 14  # sequence id = PID_OFFSET + pid: a 3-byte varint from pid 1 ...
 MAX_PID = (1 << 21) - PID_OFFSET - 1  # ... to this one
 PID_FIELD_SIZE = 3  # bytes of `pid_bytes`
@@ -530,7 +531,7 @@ class _EventEncoder:
             new_heads = self.begin_heads(interned, list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
             list(map(columns.ref_heads.__setitem__, map(columns.begin_index.__getitem__, mine), new_heads))
         heads = list(map(columns.ref_heads.__getitem__, begins))
-        after_sizes = [len(_FLAGS) + 10 if code else len(_FLAGS) for code in map(process.flows.get, positions, repeat(0))]
+        after_sizes = [_FLOW_AFTER_SIZE if code else len(_FLAGS) for code in map(process.flows.get, positions, repeat(0))]
         events = list(map(columns.begin_at.__getitem__, begins))
         slots = list(map(self.slot_bytes.__getitem__, map(columns.begin_slots.__getitem__, begins)))
         sizes = map(operator.add, map(operator.add, map(len, heads), map(len, slots)), after_sizes)
