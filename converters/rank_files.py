@@ -1,6 +1,7 @@
 """A Chakra set from per-rank inputs, written where the ranks were built (--jobs, --cluster).
 
-The workers (`builders/per_rank.py`) build their files' ranks and keep them; this process joins
+The workers (`builders/per_rank.py`) build their files' ranks and keep them (or build them again
+for each step, past a budget: `per_rank.LetGo`); this process joins
 only what crosses ranks (the format's `join`: groups, assumptions, where sends start) and the
 workers finish their ranks with it. The checks of `converters.api.write` are split by what
 they need:
@@ -53,11 +54,12 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
     communication skeleton when the workers wrote the files). `finish_read(trace)` does what
     `api.read` does after a load, but the one-member-collective pass (done on the workers);
     `finish_read.workers_started()` is called once the workers run (`api._AfterWorkersLoad`)."""
-    with per_rank.start_workers(fmt, paths, options) as workers:
+    with per_rank.start_workers(fmt, paths, options, let_go=True) as workers:
         finish_read.workers_started()
         with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
             trace = workers.keep_parts(diagnostics).trace
-            checked = workers.each_rank(_finish_and_check, (replace(trace, ranks={}), options), "checking")
+            checked = workers.each_rank(_finish_and_check, (replace(trace, ranks={}), options), "checking",
+                                        change=_demote)
         record_demoted(trace, checked)
         trace.ranks = {rank.rank: rank for rank in map(from_skeleton, checked)}
         finish_read(trace)
@@ -107,6 +109,11 @@ def _finish_and_check(rank: Rank, shell_and_options) -> RankFacts:
     one, demoted, first = demote_in_rank(rank, shell)
     clean = not _reported_by(one, options, PER_RANK_CHECKS)
     return RankFacts(replace(rank, nodes=[]), skeleton(rank), clean, demoted, first)
+
+
+def _demote(rank: Rank, shell_and_options) -> None:
+    """What `_finish_and_check` changes in a rank."""
+    demote_in_rank(rank, shell_and_options[0])
 
 
 def _clean(trace: ExecutionTrace, options: Options) -> bool:

@@ -17,6 +17,10 @@ The steps are those of a local run, in the same order, so the bytes are the same
    (which a cluster's workers must be able to write, as for a Chakra set). This process
    appends the parts in drawn order, removes them and writes the tail.
 
+A worker with more input than it keeps (`per_rank.HOLD_BYTES_PER_WORKER`) builds the ranks of
+the other files again from their records for steps 1, 3 and 4 (`per_rank.LetGo`), so it holds
+one such rank's nodes at a time.
+
 Only measured timelines are drawn this way. A scheduled timeline needs every rank's nodes in
 one place (the scheduler), and a modelled one may draw a process of the whole run beside the
 ranks: their ranks come here and are written the local way.
@@ -70,11 +74,11 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, writer
     `rank_files.convert` (`api._AfterWorkersLoad`)."""
     from .rank_files import whole
 
-    with per_rank.start_workers(fmt, paths, options) as workers:
+    with per_rank.start_workers(fmt, paths, options, let_go=True) as workers:
         finish_read.workers_started()
         with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
             trace = workers.keep_parts(diagnostics).trace
-            facts = workers.each_rank(_finish_and_measure, replace(trace, ranks={}), "measuring")
+            facts = workers.each_rank(_finish_and_measure, replace(trace, ranks={}), "measuring", change=demote_in_rank)
         record_demoted(trace, facts)
         trace.ranks = {f.rank.rank: f.rank for f in facts}
         finish_read(trace)
@@ -148,15 +152,16 @@ def _opened(output: Path, writer: str):
 # and to print it, so a worker holds one rank's layout at a time: on the 184 MB set of 16 logs
 # the largest worker went from 459 to 353 MB, for 12% more CPU (7.7 s instead of 6.9 s wall).
 
-def _place(fmt: per_rank.PerRankFormat, options: Options, ranks: list[Rank], placing) -> tuple[tuple, list]:
-    """Place this file's drawn ranks; their heads and comm slices go back, the ranks stay here."""
-    mine, place = _placer(ranks, placing)
+def _place(fmt: per_rank.PerRankFormat, options: Options, kept, placing) -> tuple[tuple, list]:
+    """Place this file's drawn ranks; their heads and comm slices go back, the ranks stay here
+    (or are let go, `per_rank.LetGo`)."""
+    mine, place = _placer(per_rank.ranks_of(fmt, options, kept), placing)
     placed = []
     for rank in mine:
         comms = []
         process = place(rank, comms)
         placed.append((ProcessHead.of(process), comms[0]))
-    return (mine, placing), placed
+    return (kept if isinstance(kept, per_rank.LetGo) else mine, placing), placed
 
 
 def _placer(ranks: list[Rank], placing):
@@ -186,7 +191,7 @@ def _print(fmt: per_rank.PerRankFormat, options: Options, kept: tuple, printing)
     (named by its pid)."""
     mine, placing = kept
     flows, folder, make_encoder, output = printing
-    mine, place = _placer(mine, placing)
+    mine, place = _placer(per_rank.ranks_of(fmt, options, mine), placing)
     for rank in mine:
         process = place(rank, [])
         process.flow_pairs = flows[process.pid]

@@ -12,6 +12,7 @@ import pytest
 import converters as etc
 from conftest import SAMPLES, run_cli
 from converters.builders import megatron
+from converters.builders import per_rank
 from converters.builders.per_rank import PerRankFormat
 from converters.diagnostics import Diagnostics, InputError
 from converters.model import NodeKind
@@ -269,3 +270,54 @@ def test_a_local_cluster_says_nothing_when_another_dask_holds_its_default_port(t
             pass  # someone already holds it: the same situation
         result = run_cli(*logs(tmp_path)[:2], "--cluster", "local:1", "-o", tmp_path / "t.json", "-q")
     assert (result.code, result.stderr) == (0, "")
+
+
+# ---------------------------------------------------------------- workers that let go of nodes
+
+def test_a_worker_holds_its_files_while_they_fit_and_never_lets_go_of_just_one():
+    assert per_rank.files_to_hold([10, 10, 10], 30) == [True, True, True]
+    assert per_rank.files_to_hold([10, 10, 10, 10], 20) == [True, True, False, False]
+    assert per_rank.files_to_hold([10, 30, 5], 20) == [True, False, False]  # in order: no file skipped ahead
+    # one file let go would be built alone at each step, as much as keeping it: kept
+    assert per_rank.files_to_hold([10, 10, 10], 20) == [True, True, True]
+    assert per_rank.files_to_hold([100], 0) == [True]
+    assert per_rank.files_to_hold([], 0) == []
+
+
+def _kept_as(fmt, options, kept, _):
+    return kept, type(kept).__name__
+
+
+@pytest.mark.parametrize("budget, held", [(None, "list"), (0, "LetGo")], ids=["default", "nothing"])
+def test_workers_keep_their_finished_ranks_or_build_them_again_for_each_step(tmp_path, monkeypatch, budget, held):
+    paths = clean_logs(tmp_path)  # 8 files of about 60 KB: 4 per worker
+    if budget is not None:
+        monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", budget)
+    with per_rank.start_workers(megatron.MEGATRON, paths, Options(jobs=2), let_go=True) as workers:
+        workers.keep_parts(Diagnostics())
+        assert workers.step(_kept_as, None, "probing") == [held] * len(paths)
+        ranks = workers.each_rank(per_rank_whole, None, "sending")
+    assert [rank.rank for rank in ranks] == list(range(8)) and all(rank.nodes for rank in ranks)
+
+
+def per_rank_whole(rank, _):
+    return rank
+
+
+@pytest.mark.parametrize("where", [["--jobs", "2"], ["--cluster", "local:2"]], ids=["jobs", "cluster"])
+def test_workers_that_let_go_of_every_file_write_the_local_bytes(tmp_path, monkeypatch, where):
+    if where[0] == "--cluster":
+        pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    # every file is built again for each step (4 times for a timeline, 3 for a Chakra set):
+    # the same bytes, and the one-member collectives turned into compute on each building
+    paths = clean_logs(tmp_path)
+    option = {"jobs": 2} if where[0] == "--jobs" else {"cluster": "local:2"}
+    local = {name: etc.convert(paths, tmp_path / "here" / name, **to, diagnostics=Diagnostics(), jobs=1)
+             for name, to in (("t.json", {}), ("t.pftrace", {}), ("set/w", {"to": "chakra"}))}
+    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 0)  # decided here, before the workers start
+    said = Diagnostics()
+    for name, to in (("t.json", {}), ("t.pftrace", {}), ("set/w", {"to": "chakra"})):
+        trace = etc.convert(paths, tmp_path / "there" / name, **to, diagnostics=said, **option)
+        assert all(not rank.nodes or name == "set/w" for rank in trace.ranks.values())  # drawn on the workers
+        assert trace.metadata == local[name].metadata
+    assert outputs(tmp_path / "there") == outputs(tmp_path / "here")

@@ -28,12 +28,20 @@ class DaskWorkers(per_rank.Workers):
     a step maps over those futures, so it runs where the state is, and only its results (small,
     or what the caller asks for) come here."""
 
-    def __init__(self, fmt, paths: list[Path], options: Options):
+    def __init__(self, fmt, paths: list[Path], options: Options, let_go: bool = False):
         self.fmt, self.paths, self.options = fmt, paths, options
         self.client = connect(options.cluster)
         count = len(paths)
-        self.state = self.client.map(_survey, [fmt] * count, [str(p.resolve()) for p in paths],
-                                     [str(p) for p in paths], [options] * count, pure=False)
+        self.state = self.client.map(per_rank.surveyed, [fmt] * count, [p.resolve() for p in paths], [options] * count,
+                                     [str(p) for p in paths], self._hold(let_go), pure=False)
+
+    def _hold(self, let_go: bool) -> list[bool]:
+        """Which files keep their parts: Dask chooses the worker of each, so the files in the
+        order given while they fit in every worker's budget together."""
+        if not let_go:
+            return [True] * len(self.paths)
+        workers = max(1, len(self.client.scheduler_info()["workers"]))
+        return per_rank.files_to_hold([p.stat().st_size for p in self.paths], per_rank.HOLD_BYTES_PER_WORKER * workers)
 
     def surveys(self) -> list:
         small = self.client.map(per_rank.without_records, self.state, pure=False)
@@ -82,10 +90,6 @@ def _close(client) -> None:
     client.close()
     if cluster is not None:  # a LocalCluster we started
         cluster.close()
-
-
-def _survey(fmt, path: str, name: str, options: Options):
-    return fmt.survey(Path(path), options, name)
 
 
 def _result(future, path: Path, options: Options, doing: str):

@@ -409,7 +409,7 @@ def _adopt(trace: ExecutionTrace, summary: RankSummary, diagnostics: Diagnostics
     return ids if any(local != gid for local, gid in ids.items()) else {}
 
 
-MEGATRON = per_rank.PerRankFormat(survey_file, plan, build_file, merge, summarize, join, finish)
+MEGATRON = per_rank.PerRankFormat(survey_file, plan, build_file, merge, summarize, join, finish, small_records=True)
 PER_RANK_FORMAT = MEGATRON  # what `converters.api` looks for to let workers write a Chakra set or draw a timeline
 
 
