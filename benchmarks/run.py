@@ -4,7 +4,7 @@ Every figure is the median of at least 3 runs; the two tools' runs alternate so 
 noise hits both alike. Peak RSS is read from the kernel for each child process (wait4).
 Numbers, not pass/fail: the targets from the issue are printed beside the measurements.
 
-    python benchmarks/run.py [--runs 3] [--only 1,2,3,4,5,6,7] [--work benchmarks/work]
+    python benchmarks/run.py [--runs 3] [--only 1,2,3,4,5,6,7,8] [--work benchmarks/work]
 """
 
 from __future__ import annotations
@@ -253,14 +253,49 @@ def measure_client_and_workers(*args) -> dict:
     return {"seconds": seconds, **json.loads(done.stderr.strip().splitlines()[-1])}
 
 
+def bench_long_set(work: Path, runs: int) -> None:
+    """The issue's set with 512 microbatches (16 logs, about 184 MB): memory of the whole process
+    tree (benchmarks/tree_memory.py) when the workers keep their first 32 MB of logs and build
+    the others again for each step (per_rank.LetGo, the default), and when they keep them all."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers.megatron_synth import write_run
+
+    logs = sorted((work / "set184").glob("rank*.log"))
+    if len(logs) != 16:
+        logs = write_run(work / "set184", stages=4, tp=2, dp=2, microbatches=512, layers=32)
+    size = bytes_of(logs)
+    print(f"8. Per-rank Megatron logs: {len(logs)} files, {size / 1e6:.1f} MB (benchmark 7 with 512 microbatches) "
+          f"-> Chrome JSON; target: the processes together <= 2 x input + 200 MB = {2 * size / 2**20 + 200:.0f} MB")
+    for label, budget in (("workers keep 32 MB each (default)", None), ("workers keep every file", 1 << 60)):
+        script = ("import sys; from converters.builders import per_rank; from converters.cli import run; "
+                  + (f"per_rank.HOLD_BYTES_PER_WORKER = {budget}; " if budget else "")
+                  + f"sys.argv = ['et-convert', {str(work / 'set184')!r}, '-q', '-o', {str(work / 'set184.json')!r}]; run()")
+        found = [tree_memory(sys.executable, "-c", script) for _ in range(runs)]
+        seconds = statistics.median(f["seconds"] for f in found)
+        print(f"   {label:34}: {seconds:6.2f} s  {size / 1e6 / seconds:5.1f} MB/s   "
+              f"{statistics.median(f['tree_pss_mb'] for f in found):5.0f} MB together (PSS), "
+              f"the largest process {statistics.median(f['largest_rss_mb'] for f in found):4.0f} MB RSS")
+
+
+def tree_memory(*command) -> dict:
+    """benchmarks/tree_memory.py's figures for `command`."""
+    os.sync()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tree_memory.py"), *map(str, command)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    found = json.loads(done.stderr.strip().splitlines()[-1])
+    if found["code"] != 0:
+        raise SystemExit(f"benchmark command failed: {' '.join(map(str, command))}\n{done.stderr}")
+    return found
+
+
 BENCHES = {1: bench_reference, 2: bench_simai_chakra, 3: bench_chrome, 4: bench_validate_and_schedule, 5: bench_growth,
-           6: bench_big_log, 7: bench_measured_set}
+           6: bench_big_log, 7: bench_measured_set, 8: bench_long_set}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", default="1,2,3,4,5,6,7")
+    parser.add_argument("--only", default="1,2,3,4,5,6,7,8")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
