@@ -321,3 +321,17 @@ def test_workers_that_let_go_of_every_file_write_the_local_bytes(tmp_path, monke
         assert all(not rank.nodes or name == "set/w" for rank in trace.ranks.values())  # drawn on the workers
         assert trace.metadata == local[name].metadata
     assert outputs(tmp_path / "there") == outputs(tmp_path / "here")
+
+
+def test_a_set_the_gate_reports_on_is_written_with_force_from_let_go_ranks_as_a_local_run_does(tmp_path, monkeypatch):
+    # the gate's finding brings every rank to this process (`whole`): built again from records,
+    # with the one-member collectives turned into compute again
+    paths = clean_logs(tmp_path)
+    lines = paths[2].read_text().splitlines()
+    lost = next(i for i, line in enumerate(lines) if "send_forward" in line)
+    paths[2].write_text("\n".join(lines[:lost] + lines[lost + 1:]) + "\n")  # a send its receiver waits for
+    etc.convert(paths, tmp_path / "here" / "w", to="chakra", diagnostics=Diagnostics(), jobs=1, force=True)
+    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 0)
+    trace = etc.convert(paths, tmp_path / "there" / "w", to="chakra", diagnostics=Diagnostics(), jobs=2, force=True)
+    assert all(rank.nodes for rank in trace.ranks.values())  # brought here whole
+    assert outputs(tmp_path / "there") == outputs(tmp_path / "here")
