@@ -17,9 +17,9 @@ The steps are those of a local run, in the same order, so the bytes are the same
    (which a cluster's workers must be able to write, as for a Chakra set). This process
    appends the parts in drawn order, removes them and writes the tail.
 
-A worker with more input than it keeps (`per_rank.HOLD_BYTES_PER_WORKER`) builds the ranks of
-the other files again from their records for steps 1, 3 and 4 (`per_rank.LetGo`), so it holds
-one such rank's nodes at a time.
+A worker with more input than it keeps (`per_rank.hold_budget`) builds the ranks of the other
+files again for steps 1, 3 and 4, from their records or reading them again (`per_rank.LetGo`),
+so it holds one such file's nodes at a time.
 
 Only measured timelines are drawn this way. A scheduled timeline needs every rank's nodes in
 one place (the scheduler), and a modelled one may draw a process of the whole run beside the

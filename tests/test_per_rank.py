@@ -20,6 +20,7 @@ from converters.options import Options
 from converters.readers import megatron_log
 from helpers.megatron_synth import replace_in_op, run_lines, write_run
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 OUTPUTS = {"json": ["-o", "t.json"], "pftrace": ["-o", "t.pftrace"], "chakra": ["--to", "chakra", "--force", "-o", "set/w"]}
 
 
@@ -284,20 +285,37 @@ def test_a_worker_holds_its_files_while_they_fit_and_never_lets_go_of_just_one()
     assert per_rank.files_to_hold([], 0) == []
 
 
+def test_a_format_that_reads_its_files_again_keeps_a_share_of_the_memory():
+    from converters.builders import kineto
+
+    gib = 1 << 30
+    assert per_rank.hold_budget(megatron.MEGATRON, 16 * gib) == per_rank.HOLD_BYTES_PER_WORKER  # builds from records
+    assert per_rank.hold_budget(kineto.KINETO, 16 * gib) == 2 * gib  # profiler traces: an eighth
+    assert per_rank.hold_budget(kineto.KINETO, 0) == per_rank.HOLD_BYTES_PER_WORKER  # memory unknown
+    assert per_rank.available_memory() > 0
+
+
 def _kept_as(fmt, options, kept, _):
     return kept, type(kept).__name__
 
 
 @pytest.mark.parametrize("budget, held", [(None, "list"), (0, "LetGo")], ids=["default", "nothing"])
-def test_workers_keep_their_finished_ranks_or_build_them_again_for_each_step(tmp_path, monkeypatch, budget, held):
-    paths = clean_logs(tmp_path)  # 8 files of about 60 KB: 4 per worker
+@pytest.mark.parametrize("logs_of", ["megatron", "profiler"])
+def test_workers_keep_their_finished_ranks_or_build_them_again_for_each_step(tmp_path, monkeypatch, budget, held,
+                                                                             logs_of):
+    from converters.builders import kineto
+
+    # 8 logs of about 60 KB, or 4 profiler traces: 2 or more files per worker
+    fmt, paths = ((megatron.MEGATRON, clean_logs(tmp_path)) if logs_of == "megatron"
+                  else (kineto.KINETO, sorted((FIXTURES / "kineto_nccl").iterdir())))
     if budget is not None:
         monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", budget)
-    with per_rank.start_workers(megatron.MEGATRON, paths, Options(jobs=2), let_go=True) as workers:
+        monkeypatch.setattr(per_rank, "REREAD_MEMORY_SHARE", 0)
+    with per_rank.start_workers(fmt, paths, Options(jobs=2), let_go=True) as workers:
         workers.keep_parts(Diagnostics())
         assert workers.step(_kept_as, None, "probing") == [held] * len(paths)
         ranks = workers.each_rank(per_rank_whole, None, "sending")
-    assert [rank.rank for rank in ranks] == list(range(8)) and all(rank.nodes for rank in ranks)
+    assert [rank.rank for rank in ranks] == list(range(len(paths))) and all(rank.nodes for rank in ranks)
 
 
 def per_rank_whole(rank, _):
@@ -305,16 +323,19 @@ def per_rank_whole(rank, _):
 
 
 @pytest.mark.parametrize("where", [["--jobs", "2"], ["--cluster", "local:2"]], ids=["jobs", "cluster"])
-def test_workers_that_let_go_of_every_file_write_the_local_bytes(tmp_path, monkeypatch, where):
+@pytest.mark.parametrize("logs_of", ["megatron", "profiler"])
+def test_workers_that_let_go_of_every_file_write_the_local_bytes(tmp_path, monkeypatch, where, logs_of):
     if where[0] == "--cluster":
         pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
-    # every file is built again for each step (4 times for a timeline, 3 for a Chakra set):
-    # the same bytes, and the one-member collectives turned into compute on each building
-    paths = clean_logs(tmp_path)
+    # every file is built again for each step (4 times for a timeline, 3 for a Chakra set), from
+    # its records (Megatron logs) or read again (profiler traces): the same bytes, and the
+    # one-member collectives turned into compute on each building
+    paths = clean_logs(tmp_path) if logs_of == "megatron" else sorted((FIXTURES / "kineto_nccl").iterdir())
     option = {"jobs": 2} if where[0] == "--jobs" else {"cluster": "local:2"}
     local = {name: etc.convert(paths, tmp_path / "here" / name, **to, diagnostics=Diagnostics(), jobs=1)
              for name, to in (("t.json", {}), ("t.pftrace", {}), ("set/w", {"to": "chakra"}))}
     monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 0)  # decided here, before the workers start
+    monkeypatch.setattr(per_rank, "REREAD_MEMORY_SHARE", 0)
     said = Diagnostics()
     for name, to in (("t.json", {}), ("t.pftrace", {}), ("set/w", {"to": "chakra"})):
         trace = etc.convert(paths, tmp_path / "there" / name, **to, diagnostics=said, **option)

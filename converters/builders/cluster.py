@@ -40,8 +40,10 @@ class DaskWorkers(per_rank.Workers):
         order given while they fit in every worker's budget together."""
         if not let_go:
             return [True] * len(self.paths)
-        workers = max(1, len(self.client.scheduler_info()["workers"]))
-        return per_rank.files_to_hold([p.stat().st_size for p in self.paths], per_rank.HOLD_BYTES_PER_WORKER * workers)
+        workers = self.client.scheduler_info()["workers"].values()
+        memory = min((worker.get("memory_limit") or 0 for worker in workers), default=0)  # 0: no limit known
+        budget = per_rank.hold_budget(self.fmt, memory)
+        return per_rank.files_to_hold([p.stat().st_size for p in self.paths], budget * max(1, len(workers)))
 
     def surveys(self) -> list:
         small = self.client.map(per_rank.without_records, self.state, pure=False)

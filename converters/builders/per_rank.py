@@ -22,10 +22,13 @@ and `merge` is then `join` + `finish` of every part. `start_workers` + `Workers.
 use this to keep every part where it was built: only the summaries reach this process, and
 later steps (`Workers.each_rank`: checks, writing a rank's file) run where the nodes are.
 
-A worker keeps the parts of its files up to `HOLD_BYTES_PER_WORKER` of input. When the format's
-records are small (`small_records`), the nodes of the files after that are let go after each
-step and built again from their records by the next (`LetGo`), so a worker's memory stays flat
-however many files it has, for a build per step of each such file.
+A worker keeps the parts of its files up to a budget of input (`hold_budget`); the nodes of the
+files after that are let go after each step and built again by the next (`LetGo`), so a
+worker's memory stays flat however many files it has. A format whose records are small
+(`small_records`: Megatron logs) keeps the records of those files and builds from them, at a
+build per step: its budget is small (`HOLD_BYTES_PER_WORKER`). Any other format reads such a
+file again at each step: its budget is a share of the worker's memory
+(`REREAD_MEMORY_SHARE`), so that only a set the machine cannot hold pays for it.
 
 A survey has two attributes the runner uses: `diagnostics` (the file's warnings, merged here in
 file order) and `records` (the parsed file, kept for `build` in the process that read it; set to
@@ -63,10 +66,10 @@ class PerRankFormat:
     # earlier one its dependencies reach through compute. Where compute joins many streams
     # (profiler traces) that is quadratic in the collectives (7 GB for 2 x 105 MB of traces).
     chakra_by_workers: bool = True
-    # Whether a survey's records are much smaller than the nodes built from them (a Megatron
-    # log's: 0.2 bytes per byte of log, its nodes 3): a worker then keeps the records of the
-    # files it lets go of (`LetGo`) and builds them again from those; without, it would read each
-    # file again for every step, and it keeps every file's parts instead (profiler traces).
+    # Whether a survey's records are much smaller than the nodes built from them and `build`
+    # leaves them as they were (a Megatron log's: 0.2 bytes per byte of log, its nodes 2.5): a
+    # worker then keeps the records of the files it lets go of (`LetGo`) and builds from them;
+    # otherwise it reads such a file again for each step (profiler traces).
     small_records: bool = False
 
     @property
@@ -107,8 +110,8 @@ def reading_jobs(options: Options) -> int:
 def start_workers(fmt: PerRankFormat, paths: list[Path], options: Options, let_go: bool = False) -> "Workers":
     """Workers for `paths` (--cluster or --jobs processes), to use as a context manager.
 
-    With `let_go`, each worker keeps the parts of its files up to `HOLD_BYTES_PER_WORKER` of
-    input and lets go of the others' (`LetGo`): for `keep_parts`, whose parts stay there."""
+    With `let_go`, each worker keeps the parts of its files up to `hold_budget` of input and
+    lets go of the others' (`LetGo`): for `keep_parts`, whose parts stay there."""
     if options.cluster:
         from . import cluster  # dask is an optional extra: imported only when asked for
 
@@ -116,10 +119,32 @@ def start_workers(fmt: PerRankFormat, paths: list[Path], options: Options, let_g
     return ProcessWorkers(fmt, paths, options, min(reading_jobs(options), len(paths)), let_go)
 
 
-# The input a worker keeps the nodes of (about 2.5 bytes of memory per byte of a Megatron log).
-# On the 184 MB set of 16 logs, each of 2 workers keeps 2 files and lets go of 6: 706 -> 478 MB
-# for the three processes together, for 13% more CPU (three more builds of 6 files).
+# The input a worker keeps the nodes of when the format's records are small (about 2.5 bytes of
+# memory per byte of a Megatron log). On the 184 MB set of 16 logs, each of 2 workers keeps 2
+# files and lets go of 6: 706 -> 478 MB for the three processes together, for 13% more CPU
+# (three more builds of 6 files).
 HOLD_BYTES_PER_WORKER = 32 << 20
+# Otherwise (each step reads a file let go of again: a profiler trace's JSON), the share of a
+# worker's memory its kept input may take: parsing a trace holds several times its size for a
+# while, and its part about 1.5 times.
+REREAD_MEMORY_SHARE = 1 / 8
+
+
+def hold_budget(fmt: PerRankFormat, memory: int) -> int:
+    """The input bytes a worker with `memory` bytes at hand keeps the parts of."""
+    return HOLD_BYTES_PER_WORKER if fmt.small_records else max(HOLD_BYTES_PER_WORKER, int(memory * REREAD_MEMORY_SHARE))
+
+
+def available_memory() -> int:
+    """The memory this machine has available now (MemAvailable), or 0 when it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def files_to_hold(sizes: list[int], budget: int) -> list[bool]:
@@ -135,8 +160,8 @@ def files_to_hold(sizes: list[int], budget: int) -> list[bool]:
 
 class LetGo:
     """A file whose parts a worker does not keep: what builds them again for a step that needs
-    them (its survey and records, the plan, the format's `joined`, and the changes earlier
-    steps made to its finished ranks)."""
+    them (its survey, with its records when they are small, the plan, the format's `joined`, and
+    the changes earlier steps made to its finished ranks)."""
 
     def __init__(self, survey):
         self.survey, self.plan, self.joined = survey, None, None
@@ -161,7 +186,9 @@ def ranks_of(fmt: PerRankFormat, options: Options, kept) -> list:
 def surveyed(fmt: PerRankFormat, path: Path, options: Options, name: str, hold: bool):
     """A worker's first state of a file: its survey (records kept), or a LetGo of it."""
     survey = fmt.survey(path, options, name)
-    return survey if hold or not fmt.small_records else LetGo(survey)
+    if hold:
+        return survey
+    return LetGo(survey if fmt.small_records else without_records(survey))
 
 
 class Workers:
@@ -267,7 +294,8 @@ class ProcessWorkers(Workers):
         for k in range(jobs):
             mine, theirs = context.Pipe()
             indices = range(k, len(paths), jobs)
-            hold = (files_to_hold([paths[i].stat().st_size for i in indices], HOLD_BYTES_PER_WORKER) if let_go
+            budget = hold_budget(fmt, available_memory() // jobs)
+            hold = (files_to_hold([paths[i].stat().st_size for i in indices], budget) if let_go
                     else [True] * len(indices))
             files = [(i, paths[i], keep) for i, keep in zip(indices, hold)]
             process = context.Process(target=_worker, args=(fmt, options, files, theirs), daemon=True)
