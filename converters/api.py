@@ -244,10 +244,11 @@ def _convert(paths: list[Path], output: str | Path, to: str | None, fmt: str, op
 
 # Outputs the workers (--jobs, --cluster) of per-rank inputs write where the ranks are.
 WRITTEN_BY_WORKERS = ("chakra", "chrome", "perfetto")
-# Without --jobs, per-rank files of at least this many bytes in all are drawn into a timeline by
-# one worker per core: the files are read in parallel and no process holds every rank (benchmark 7,
-# 46 MB: 1.9 -> 1.8 s and 217 -> 141 MB for the biggest process). A Chakra set is not: checking
-# it across the workers costs more than their reading saves.
+# Without --jobs, per-rank files of at least this many bytes in all (one file only when it is too
+# big for this process, `_big_input`) are drawn into a timeline by one worker per core: the files
+# are read in parallel and no process holds every rank (benchmark 7, 46 MB: 1.9 -> 1.8 s and
+# 217 -> 141 MB for the biggest process). A Chakra set is not: checking it across the workers
+# costs more than their reading saves.
 TIMELINE_WORKERS_MIN_BYTES = 32 << 20
 
 
@@ -260,24 +261,31 @@ def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Pat
         return None
     from .builders import per_rank  # (multiprocessing: imported only when it may be used)
 
-    if written != "chakra" and options.jobs is None and not options.cluster and _big_per_rank_set(paths):
+    if written != "chakra" and options.jobs is None and not options.cluster and _big_input(paths):
         options = replace(options, jobs=os.cpu_count() or 1)
-    if not per_rank.uses_workers(options, paths):
+    if not options.cluster and per_rank.reading_jobs(options) < 2:
         return None
     name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
     found = getattr(importlib.import_module(input_format(name).load.partition(":")[0]), "PER_RANK_FORMAT", None)
     if found is None or not found.parts_stay_with_workers or (written == "chakra" and not found.chakra_by_workers):
         return None
+    if not per_rank.uses_workers(options, paths, found, streaming=True):
+        return None  # one file, of a format whose files workers cannot share
     return name, found, written, options
 
 
-def _big_per_rank_set(paths: list[Path]) -> bool:
-    """More than one file, of TIMELINE_WORKERS_MIN_BYTES or more in all."""
+def _big_input(paths: list[Path]) -> bool:
+    """TIMELINE_WORKERS_MIN_BYTES or more of input in all, in several files; or one file too big
+    to draw in this process (`per_rank.too_big_for_one_process`): the workers then share its ranks."""
     total = 0
-    for path in paths if len(paths) > 1 else ():
+    for path in paths:
         with contextlib.suppress(OSError):  # the reader reports an unreadable file itself
             total += path.stat().st_size
-    return total >= TIMELINE_WORKERS_MIN_BYTES
+    if total < TIMELINE_WORKERS_MIN_BYTES or len(paths) > 1:
+        return total >= TIMELINE_WORKERS_MIN_BYTES
+    from .builders.per_rank import too_big_for_one_process
+
+    return too_big_for_one_process(paths)
 
 
 def simulate(

@@ -54,7 +54,7 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
     communication skeleton when the workers wrote the files). `finish_read(trace)` does what
     `api.read` does after a load, but the one-member-collective pass (done on the workers);
     `finish_read.workers_started()` is called once the workers run (`api._AfterWorkersLoad`)."""
-    with per_rank.start_workers(fmt, paths, options, let_go=True) as workers:
+    with per_rank.start_workers(fmt, paths, options, streaming=True) as workers:
         finish_read.workers_started()
         with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
             trace = workers.keep_parts(diagnostics).trace

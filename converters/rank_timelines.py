@@ -74,7 +74,7 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, writer
     `rank_files.convert` (`api._AfterWorkersLoad`)."""
     from .rank_files import whole
 
-    with per_rank.start_workers(fmt, paths, options, let_go=True) as workers:
+    with per_rank.start_workers(fmt, paths, options, streaming=True) as workers:
         finish_read.workers_started()
         with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
             trace = workers.keep_parts(diagnostics).trace
@@ -155,13 +155,15 @@ def _opened(output: Path, writer: str):
 def _place(fmt: per_rank.PerRankFormat, options: Options, kept, placing) -> tuple[tuple, list]:
     """Place this file's drawn ranks; their heads and comm slices go back, the ranks stay here
     (or are let go, `per_rank.LetGo`)."""
-    mine, place = _placer(per_rank.ranks_of(fmt, options, kept), placing)
-    placed = []
-    for rank in mine:
-        comms = []
-        process = place(rank, comms)
-        placed.append((ProcessHead.of(process), comms[0]))
-    return (kept if isinstance(kept, per_rank.LetGo) else mine, placing), placed
+    placed, drawn = [], []
+    for ranks in per_rank.rank_batches(fmt, options, kept):
+        mine, place = _placer(ranks, placing)
+        for rank in mine:
+            comms = []
+            process = place(rank, comms)
+            placed.append((ProcessHead.of(process), comms[0]))
+        drawn += mine
+    return (kept if isinstance(kept, per_rank.LetGo) else drawn, placing), placed
 
 
 def _placer(ranks: list[Rank], placing):
@@ -189,17 +191,22 @@ def _placer(ranks: list[Rank], placing):
 def _print(fmt: per_rank.PerRankFormat, options: Options, kept: tuple, printing) -> tuple[None, None]:
     """Place each of this file's drawn ranks again and print its process into its part file
     (named by its pid)."""
-    mine, placing = kept
+    kept, placing = kept
     flows, folder, make_encoder, output = printing
-    mine, place = _placer(per_rank.ranks_of(fmt, options, mine), placing)
-    for rank in mine:
-        process = place(rank, [])
-        process.flow_pairs = flows[process.pid]
-        try:
-            with open(Path(folder) / f"{process.pid}.part", "wb", buffering=1 << 20) as out:
-                write_parts(out, make_encoder([process])(process))
-        except OSError as e:  # a worker elsewhere may not see the output folder
-            raise InputError(output, f"cannot write rank {process.rank}'s part of the timeline on a worker: "
-                                     f"{e.strerror or e} (the output folder must be writable by every worker "
-                                     "under this path)") from None
+    for ranks in per_rank.rank_batches(fmt, options, kept):
+        mine, place = _placer(ranks, placing)
+        for rank in mine:
+            _print_process(place(rank, []), flows, Path(folder), make_encoder, output)
     return None, None
+
+
+def _print_process(process, flows: dict, folder: Path, make_encoder, output: str) -> None:
+    """Print one placed process into its part file (named by its pid)."""
+    process.flow_pairs = flows[process.pid]
+    try:
+        with open(folder / f"{process.pid}.part", "wb", buffering=1 << 20) as out:
+            write_parts(out, make_encoder([process])(process))
+    except OSError as e:  # a worker elsewhere may not see the output folder
+        raise InputError(output, f"cannot write rank {process.rank}'s part of the timeline on a worker: "
+                                 f"{e.strerror or e} (the output folder must be writable by every worker "
+                                 "under this path)") from None

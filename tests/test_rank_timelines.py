@@ -14,8 +14,10 @@ import converters as etc
 from conftest import SAMPLES, run_cli
 from converters import rank_timelines
 from converters.diagnostics import Diagnostics, InputError
+from converters.builders import megatron
 from converters.model import NodeKind
-from helpers.megatron_synth import write_run
+from converters.options import Options
+from helpers.megatron_synth import replace_in_op, write_run
 
 TIMELINES = ("t.json", "t.json.gz", "t.pftrace")
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -131,3 +133,106 @@ def test_profiler_traces_to_chakra_are_written_here_even_with_workers(tmp_path):
     trace = etc.convert(paths, tmp_path / "set" / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
     assert sorted(trace.ranks) == [0, 1, 2, 3]
     assert all(any(node.kind is NodeKind.COMPUTE for node in rank.nodes) for rank in trace.ranks.values())
+
+
+# ---------------------------------------------------------------- one log of several ranks, shared
+
+def one_log(tmp_path: Path, **options) -> list[Path]:
+    """The 8 ranks of `synthetic_logs` in one concatenated log."""
+    return write_run(tmp_path / "one", stages=4, tp=2, microbatches=4, one_file=True, **options)
+
+
+def short_of_memory(monkeypatch) -> None:
+    """This machine as one too small to draw the test's log in one process: --jobs workers share it."""
+    from converters.builders import per_rank
+
+    monkeypatch.setattr(per_rank, "available_memory", lambda: 1 << 10)
+
+
+def test_a_log_too_big_for_one_process_is_shared_by_the_workers_with_the_local_bytes(tmp_path, monkeypatch):
+    # each worker reads the whole log and builds the ranks r with r % 2 == its share; the log's
+    # own warning (its last line cut off) is said once, a rank's (an odd dtype on rank 3) by its builder
+    edit = replace_in_op(3, "recv_forward", 1, "torch.float32", "torch.weird")
+    paths = one_log(tmp_path, edit=edit, cut_last={7: 60})
+    here, there = Diagnostics(), Diagnostics()
+    for output in TIMELINES:
+        etc.convert(paths, tmp_path / "here" / output, diagnostics=here, jobs=2)
+    short_of_memory(monkeypatch)
+    for output in TIMELINES:
+        trace = etc.convert(paths, tmp_path / "there" / output, diagnostics=there, jobs=2)
+        assert sorted(trace.ranks) == list(range(8)) and not any(rank.nodes for rank in trace.ranks.values())
+        assert (tmp_path / "there" / output).read_bytes() == (tmp_path / "here" / output).read_bytes()
+    assert here.messages() == there.messages()
+    assert sum("last line is cut off" in m for m in here.messages()) == 1  # (the same warnings merge into one)
+    assert any("torch.weird" in m for m in here.messages())
+
+
+def test_a_cluster_shares_one_log_among_its_workers_with_the_local_bytes(tmp_path):
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    paths = one_log(tmp_path, cut_last={7: 60})
+    here, said_here = drawn(tmp_path, paths, "here")
+    there, said_there = drawn(tmp_path, paths, "there", "--cluster", "local:2")
+    assert here == there
+    assert said_here == said_there and said_here.count("last line is cut off") == len(TIMELINES)
+    trace = etc.convert(paths, tmp_path / "api.json", diagnostics=Diagnostics(), cluster="local:2")
+    assert sorted(trace.ranks) == list(range(8)) and not any(rank.nodes for rank in trace.ranks.values())
+
+
+def test_shared_ranks_let_go_of_are_built_one_at_a_time_with_the_local_bytes(tmp_path, monkeypatch):
+    from converters.builders import per_rank
+
+    paths = one_log(tmp_path)
+    for name, to in (("t.json", {}), ("set/w", {"to": "chakra"})):
+        etc.convert(paths, tmp_path / "here" / name, **to, diagnostics=Diagnostics(), jobs=1)
+    short_of_memory(monkeypatch)
+    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 0)  # every share let go: its ranks built one by one
+    with per_rank.start_workers(megatron.MEGATRON, paths, Options(jobs=2), streaming=True) as workers:
+        workers.keep_parts(Diagnostics())
+        assert workers.step(_pieces_kept, None, "probing") == [[[0], [2], [4], [6]], [[1], [3], [5], [7]]]
+    for name, to in (("t.json", {}), ("set/w", {"to": "chakra"})):
+        trace = etc.convert(paths, tmp_path / "there" / name, **to, diagnostics=Diagnostics(), jobs=2)
+        assert sorted(trace.ranks) == list(range(8))
+    assert sorted(p.name for p in (tmp_path / "there" / "set").iterdir()) == sorted(
+        p.name for p in (tmp_path / "here" / "set").iterdir())
+    for path in (tmp_path / "here").rglob("*"):
+        if path.is_file():
+            assert (tmp_path / "there" / path.relative_to(tmp_path / "here")).read_bytes() == path.read_bytes(), path
+
+
+def _pieces_kept(fmt, options, kept, _):
+    """The ranks of each piece a LetGo builds at a time."""
+    return kept, [sorted(piece.ranks) for piece in kept.pieces]
+
+
+def test_a_shared_log_reports_the_first_bad_line_of_the_file_as_one_process_does(tmp_path, monkeypatch):
+    # rank 1 (share 1) changes stage on a later line than rank 0 (share 0) does: the error
+    # names rank 0's line, the file's first
+    def stage_moves(r, i, line):
+        if (r, i) in ((0, 9), (1, 3)):
+            return line.replace("stage_id=0,", "stage_id=1,")
+        return line
+
+    paths = one_log(tmp_path, edit=stage_moves)
+    with pytest.raises(InputError) as here:
+        etc.convert(paths, tmp_path / "here.json", diagnostics=Diagnostics(), jobs=1)
+    short_of_memory(monkeypatch)
+    with pytest.raises(InputError) as there:
+        etc.convert(paths, tmp_path / "there.json", diagnostics=Diagnostics(), jobs=2)
+    assert "logs stage_id 1 here but stage_id 0" in str(here.value)
+    assert str(there.value) == str(here.value)
+    assert not (tmp_path / "there.json").exists()
+
+
+def test_one_big_log_is_drawn_by_workers_only_when_this_process_could_not_hold_it(tmp_path, monkeypatch):
+    from converters import api
+    from converters.builders import per_rank
+
+    paths = one_log(tmp_path)
+    monkeypatch.setattr(api, "TIMELINE_WORKERS_MIN_BYTES", paths[0].stat().st_size)
+    monkeypatch.setattr(per_rank, "available_memory", lambda: 64 << 30)
+    here = etc.convert(paths, tmp_path / "here.json", diagnostics=Diagnostics())
+    monkeypatch.setattr(per_rank, "available_memory", lambda: 1 << 10)  # 1 KB: too little for 6 x the log
+    there = etc.convert(paths, tmp_path / "there.json", diagnostics=Diagnostics())
+    assert all(rank.nodes for rank in here.ranks.values())
+    assert not any(rank.nodes for rank in there.ranks.values())
+    assert (tmp_path / "there.json").read_bytes() == (tmp_path / "here.json").read_bytes()

@@ -28,22 +28,26 @@ class DaskWorkers(per_rank.Workers):
     a step maps over those futures, so it runs where the state is, and only its results (small,
     or what the caller asks for) come here."""
 
-    def __init__(self, fmt, paths: list[Path], options: Options, let_go: bool = False):
-        self.fmt, self.paths, self.options = fmt, paths, options
+    def __init__(self, fmt, paths: list[Path], options: Options, streaming: bool = False):
+        self.fmt, self.options = fmt, options
         self.client = connect(options.cluster)
-        count = len(paths)
-        self.state = self.client.map(per_rank.surveyed, [fmt] * count, [p.resolve() for p in paths], [options] * count,
-                                     [str(p) for p in paths], self._hold(let_go), pure=False)
+        workers = list(self.client.scheduler_info()["workers"].values())
+        units = per_rank.units_of(fmt, paths, len(workers), streaming, cluster=True)
+        self.paths = [unit.path for unit in units]  # (what messages name)
+        count = len(units)
+        remote = [per_rank.Unit(unit.path.resolve(), unit.share) for unit in units]  # workers elsewhere open these
+        self.state = self.client.map(per_rank.surveyed, [fmt] * count, remote, [options] * count,
+                                     [str(p) for p in self.paths], self._hold(units, workers, streaming), pure=False)
 
-    def _hold(self, let_go: bool) -> list[bool]:
+    def _hold(self, units: list, workers: list, streaming: bool) -> list[bool]:
         """Which files keep their parts: Dask chooses the worker of each, so the files in the
         order given while they fit in every worker's budget together."""
-        if not let_go:
-            return [True] * len(self.paths)
-        workers = self.client.scheduler_info()["workers"].values()
+        if not streaming:
+            return [True] * len(units)
         memory = min((worker.get("memory_limit") or 0 for worker in workers), default=0)  # 0: no limit known
         budget = per_rank.hold_budget(self.fmt, memory)
-        return per_rank.files_to_hold([p.stat().st_size for p in self.paths], budget * max(1, len(workers)))
+        return per_rank.files_to_hold([per_rank.unit_bytes(unit) for unit in units], budget * max(1, len(workers)),
+                                      [unit.share for unit in units])
 
     def surveys(self) -> list:
         small = self.client.map(per_rank.without_records, self.state, pure=False)

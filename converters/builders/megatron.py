@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import repeat
 from math import prod
 from pathlib import Path
@@ -112,12 +112,35 @@ class FileSurvey:
     records: list[OpRecord] | None = None
 
 
-def survey_file(path: Path, options: Options, name: str) -> FileSurvey:
-    """Read one log (the per-file phase's first half): the survey, with its records kept."""
+def survey_file(path: Path, options: Options, name: str, share: tuple[int, int] | None = None) -> FileSurvey:
+    """Read one log (the per-file phase's first half): the survey, with its records kept.
+    `share` (k, n): only the ranks r with r % n == k (`share_of`)."""
     diagnostics = Diagnostics()
     with paused_gc():
         records = read_file(path, diagnostics, options.strict, name=name)
-        return survey_records(name, str(path), records, diagnostics)
+        survey = survey_records(name, str(path), records, diagnostics)
+    return survey if share is None else share_of(survey, *share)
+
+
+def share_of(survey: FileSurvey, k: int, n: int) -> FileSurvey:
+    """The survey of a log's ranks r with r % n == k, so that n workers can build the ranks of
+    one log that holds several. What describes the whole file (the sub-operation reading, a
+    scaling-mode line, the first line whose stage is wrong) is the same in every share; the
+    file's warnings are in share 0 only, so they are said once."""
+    return replace(survey, ranks={r: rank for r, rank in survey.ranks.items() if r % n == k},
+                   records=[record for record in survey.records if record.rank % n == k],
+                   diagnostics=survey.diagnostics if k == 0 else Diagnostics())
+
+
+def split(survey: FileSurvey) -> list[FileSurvey]:
+    """One survey per rank of the file, each with that rank's records (`per_rank.LetGo` builds
+    a file's ranks one at a time from these), in rank order."""
+    if len(survey.ranks) < 2:
+        return [survey]
+    records: dict[int, list[OpRecord]] = defaultdict(list)
+    for record in survey.records:
+        records[record.rank].append(record)
+    return [replace(survey, ranks={r: survey.ranks[r]}, records=records[r]) for r in sorted(survey.ranks)]
 
 
 def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: Diagnostics) -> FileSurvey:
@@ -409,7 +432,8 @@ def _adopt(trace: ExecutionTrace, summary: RankSummary, diagnostics: Diagnostics
     return ids if any(local != gid for local, gid in ids.items()) else {}
 
 
-MEGATRON = per_rank.PerRankFormat(survey_file, plan, build_file, merge, summarize, join, finish, small_records=True)
+MEGATRON = per_rank.PerRankFormat(survey_file, plan, build_file, merge, summarize, join, finish, small_records=True,
+                                   split=split, shares=True)
 PER_RANK_FORMAT = MEGATRON  # what `converters.api` looks for to let workers write a Chakra set or draw a timeline
 
 

@@ -39,13 +39,14 @@ elsewhere opens).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import multiprocessing
 import signal
 from multiprocessing import connection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from ..diagnostics import Diagnostics, InputError
 from ..model import ExecutionTrace
@@ -71,6 +72,12 @@ class PerRankFormat:
     # worker then keeps the records of the files it lets go of (`LetGo`) and builds from them;
     # otherwise it reads such a file again for each step (profiler traces).
     small_records: bool = False
+    # split(survey) -> [survey]: one per rank of the file, with that rank's records (when the
+    # records are small), so that a file let go of is built again one rank at a time.
+    split: Callable[[Any], list] | None = None
+    # Whether survey(path, options, name, share=(k, n)) gives the survey of the file's ranks r
+    # with r % n == k: n workers then share a file that holds several ranks (one concatenated log).
+    shares: bool = False
 
     @property
     def parts_stay_with_workers(self) -> bool:
@@ -95,9 +102,51 @@ def run(fmt: PerRankFormat, paths: list[Path], options: Options, diagnostics: Di
     return fmt.merge(plan, parts, options, diagnostics)
 
 
-def uses_workers(options: Options, paths: list[Path]) -> bool:
-    """True for --cluster, or --jobs above 1 with more than one file."""
-    return bool(options.cluster) or min(reading_jobs(options), len(paths)) > 1
+def uses_workers(options: Options, paths: list[Path], fmt: PerRankFormat | None = None, streaming: bool = False) -> bool:
+    """True for --cluster, or --jobs above 1 with more than one file (or one file that `fmt`
+    shares among workers, `streaming`)."""
+    jobs = reading_jobs(options)
+    return bool(options.cluster) or min(jobs, len(units_of(fmt, paths, jobs, streaming))) > 1
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What one worker reads: a file, or a share (k, n) of its ranks (`PerRankFormat.shares`)."""
+
+    path: Path
+    share: tuple[int, int] | None = None
+
+
+def units_of(fmt: PerRankFormat | None, paths: list[Path], workers: int, streaming: bool,
+             cluster: bool = False) -> list[Unit]:
+    """The files, each shared among several of the `workers` when there are fewer files than
+    workers, the parts stay with the workers (`streaming`: their ranks need not meet here), and
+    they run on a cluster or the files are too big for one process (`too_big_for_one_process`).
+    Sharing costs CPU (each worker reads the whole file), so a file that fits is read here."""
+    shareable = streaming and fmt is not None and fmt.shares and paths and len(paths) < workers
+    if not shareable or not (cluster or too_big_for_one_process(paths)):
+        return [Unit(path) for path in paths]
+    shares = workers // len(paths)
+    return [Unit(path, (k, shares)) for path in paths for k in range(shares)]
+
+
+# What one process needs to draw a log of several ranks, per byte of log (benchmark 6: 5.5 for
+# Chrome JSON, 6.2 for .pftrace). Such logs are read in one process while that fits in half the
+# memory available: faster than workers that share their ranks, which each read the whole file
+# and keep one rank's nodes at a time (benchmark 6, 98 MB: 8.0 -> 13.3 s CPU, 907 -> 493 MB for
+# the processes together).
+ONE_FILE_MEMORY_PER_BYTE = 6
+
+
+def too_big_for_one_process(paths: list[Path]) -> bool:
+    """Whether drawing `paths` in one process would take more than half the memory available
+    (False when that is not known)."""
+    total = 0
+    for path in paths:
+        with contextlib.suppress(OSError):  # the reader reports an unreadable file itself
+            total += path.stat().st_size
+    memory = available_memory()
+    return 0 < memory < 2 * total * ONE_FILE_MEMORY_PER_BYTE
 
 
 def reading_jobs(options: Options) -> int:
@@ -107,16 +156,18 @@ def reading_jobs(options: Options) -> int:
     return max(1, options.jobs)
 
 
-def start_workers(fmt: PerRankFormat, paths: list[Path], options: Options, let_go: bool = False) -> "Workers":
+def start_workers(fmt: PerRankFormat, paths: list[Path], options: Options, streaming: bool = False) -> "Workers":
     """Workers for `paths` (--cluster or --jobs processes), to use as a context manager.
 
-    With `let_go`, each worker keeps the parts of its files up to `hold_budget` of input and
-    lets go of the others' (`LetGo`): for `keep_parts`, whose parts stay there."""
+    `streaming`: for `keep_parts`, whose parts stay with the workers. Each worker then keeps the
+    parts of its files up to `hold_budget` of input and lets go of the others' (`LetGo`), and a
+    file may be shared among workers (`units_of`)."""
     if options.cluster:
         from . import cluster  # dask is an optional extra: imported only when asked for
 
-        return cluster.DaskWorkers(fmt, paths, options, let_go)
-    return ProcessWorkers(fmt, paths, options, min(reading_jobs(options), len(paths)), let_go)
+        return cluster.DaskWorkers(fmt, paths, options, streaming)
+    units = units_of(fmt, paths, reading_jobs(options), streaming)
+    return ProcessWorkers(fmt, units, options, min(reading_jobs(options), len(units)), streaming)
 
 
 # The input a worker keeps the nodes of when the format's records are small (about 2.5 bytes of
@@ -147,48 +198,74 @@ def available_memory() -> int:
     return 0
 
 
-def files_to_hold(sizes: list[int], budget: int) -> list[bool]:
+def files_to_hold(sizes: list[int], budget: int, shares: list | None = None) -> list[bool]:
     """Which of one worker's files (their sizes in bytes, in the order it reads them) it keeps:
     the first ones while they fit in `budget`, and all of them when only one would be let go
-    (building one file at a time holds as much as keeping it)."""
+    that is a whole file (a file of one rank is built at once: that holds as much as keeping
+    it; a share of a file's ranks, `shares`, is built a rank at a time)."""
     held, hold = 0, []
     for size in sizes:
         held += size
         hold.append(held <= budget)
-    return [True] * len(sizes) if hold.count(False) == 1 else hold
+    let_go = [i for i, kept in enumerate(hold) if not kept]
+    if len(let_go) == 1 and (shares is None or shares[let_go[0]] is None):
+        return [True] * len(sizes)
+    return hold
+
+
+def unit_bytes(unit: Unit) -> int:
+    """The bytes of input whose nodes a unit makes: its file's, or its share of them."""
+    size = unit.path.stat().st_size
+    return size if unit.share is None else size // unit.share[1]
 
 
 class LetGo:
-    """A file whose parts a worker does not keep: what builds them again for a step that needs
-    them (its survey, with its records when they are small, the plan, the format's `joined`, and
-    the changes earlier steps made to its finished ranks)."""
+    """A file whose parts a worker does not keep: what builds them again, one rank at a time,
+    for a step that needs them (its survey in pieces, with their records when they are small;
+    the plan, the format's `joined`, and the changes earlier steps made to its finished ranks)."""
 
-    def __init__(self, survey):
-        self.survey, self.plan, self.joined = survey, None, None
+    def __init__(self, fmt: PerRankFormat, survey):
+        self.survey = without_records(survey)  # what the plan is made of
+        if not fmt.small_records:
+            self.pieces = [self.survey]  # (build reads the file again)
+        else:
+            self.pieces = fmt.split(survey) if fmt.split is not None else [survey]
+        self.plan, self.joined = None, None
         self.changes: list[tuple[Callable, Any]] = []  # (change, arg): change(rank, arg), in order
 
-    def parts(self, fmt: PerRankFormat, options: Options) -> list:
-        return fmt.build(copy.copy(self.survey), self.plan, options)  # (build lets go of its survey's records)
+    def parts(self, fmt: PerRankFormat, options: Options) -> Iterator:
+        for piece in self.pieces:
+            yield from fmt.build(copy.copy(piece), self.plan, options)  # (build lets go of its survey's records)
 
-    def ranks(self, fmt: PerRankFormat, options: Options) -> list:
-        ranks = [fmt.finish(part, self.joined) for part in self.parts(fmt, options)]
-        for change, arg in self.changes:
-            for rank in ranks:
+    def ranks(self, fmt: PerRankFormat, options: Options) -> Iterator:
+        for part in self.parts(fmt, options):
+            rank = fmt.finish(part, self.joined)
+            for change, arg in self.changes:
                 change(rank, arg)
-        return ranks
+            yield rank
 
 
-def ranks_of(fmt: PerRankFormat, options: Options, kept) -> list:
-    """A file's finished ranks, as a step gets them: kept, or built again (`LetGo`)."""
+def ranks_of(fmt: PerRankFormat, options: Options, kept) -> Iterable:
+    """A file's finished ranks, as a step gets them: kept, or built again one at a time (`LetGo`)."""
     return kept.ranks(fmt, options) if isinstance(kept, LetGo) else kept
 
 
-def surveyed(fmt: PerRankFormat, path: Path, options: Options, name: str, hold: bool):
-    """A worker's first state of a file: its survey (records kept), or a LetGo of it."""
-    survey = fmt.survey(path, options, name)
-    if hold:
-        return survey
-    return LetGo(survey if fmt.small_records else without_records(survey))
+def rank_batches(fmt: PerRankFormat, options: Options, kept) -> Iterator[list]:
+    """A file's finished ranks in lists a step may hold at once: all of them when kept, one at a
+    time when built again (`LetGo`)."""
+    if isinstance(kept, LetGo):
+        for rank in kept.ranks(fmt, options):
+            yield [rank]
+    else:
+        yield kept
+
+
+def surveyed(fmt: PerRankFormat, unit: Unit, options: Options, name: str, hold: bool):
+    """A worker's first state of a file (or of its share): its survey (records kept), or a
+    LetGo of it."""
+    survey = fmt.survey(unit.path, options, name) if unit.share is None else fmt.survey(unit.path, options, name,
+                                                                                          unit.share)
+    return survey if hold else LetGo(fmt, survey)
 
 
 class Workers:
@@ -264,7 +341,7 @@ def _build(fmt: PerRankFormat, options: Options, survey, plan):
 def _build_and_keep(fmt: PerRankFormat, options: Options, survey, plan):
     if isinstance(survey, LetGo):
         survey.plan = plan
-        return survey, [fmt.summarize(part) for part in survey.parts(fmt, options)]
+        return survey, [fmt.summarize(part) for part in survey.parts(fmt, options)]  # one part at a time
     parts = fmt.build(survey, plan, options)
     return parts, [fmt.summarize(part) for part in parts]
 
@@ -287,17 +364,18 @@ def _each_rank(fmt: PerRankFormat, options: Options, kept, work_and_arg):
 class ProcessWorkers(Workers):
     """--jobs forked processes: worker k has files k, k + jobs, ...; pipes carry the results."""
 
-    def __init__(self, fmt: PerRankFormat, paths: list[Path], options: Options, jobs: int, let_go: bool = False):
-        self.fmt, self.paths, self.options = fmt, paths, options
+    def __init__(self, fmt: PerRankFormat, units: list[Unit], options: Options, jobs: int, streaming: bool = False):
+        self.fmt, self.options = fmt, options
+        self.paths = [unit.path for unit in units]  # (what messages name)
         context = multiprocessing.get_context("fork")
         self.links, self.processes = [], []
+        budget = hold_budget(fmt, available_memory() // jobs)
         for k in range(jobs):
             mine, theirs = context.Pipe()
-            indices = range(k, len(paths), jobs)
-            budget = hold_budget(fmt, available_memory() // jobs)
-            hold = (files_to_hold([paths[i].stat().st_size for i in indices], budget) if let_go
-                    else [True] * len(indices))
-            files = [(i, paths[i], keep) for i, keep in zip(indices, hold)]
+            indices = range(k, len(units), jobs)
+            hold = (files_to_hold([unit_bytes(units[i]) for i in indices], budget, [units[i].share for i in indices])
+                    if streaming else [True] * len(indices))
+            files = [(i, units[i], keep) for i, keep in zip(indices, hold)]
             process = context.Process(target=_worker, args=(fmt, options, files, theirs), daemon=True)
             process.start()
             theirs.close()
@@ -318,7 +396,7 @@ class ProcessWorkers(Workers):
             process.join()
 
 
-def _worker(fmt: PerRankFormat, options: Options, files: list[tuple[int, Path, bool]], link) -> None:
+def _worker(fmt: PerRankFormat, options: Options, files: list[tuple[int, Unit, bool]], link) -> None:
     """Survey this worker's files (sending each survey without its records), then run the steps
     the parent sends over what it keeps of each file. Ctrl-C is the parent's to handle: it
     stops the workers (`close`), and a worker's own KeyboardInterrupt would print a traceback."""
@@ -326,8 +404,8 @@ def _worker(fmt: PerRankFormat, options: Options, files: list[tuple[int, Path, b
     kept = {}
     index = -1
     try:
-        for index, path, hold in files:
-            kept[index] = surveyed(fmt, path, options, str(path), hold)
+        for index, unit, hold in files:
+            kept[index] = surveyed(fmt, unit, options, str(unit.path), hold)
             link.send((index, without_records(kept[index]), None))
         while True:
             step, arg = link.recv()
