@@ -89,6 +89,45 @@ def test_program_tables_are_the_per_node_ones(seed):
     assert list(prog.linked) == linked
 
 
+def _structure(prog: Program) -> dict:
+    return {name: getattr(prog, name) for name in ("types", *Program._STRUCTURE) if name != "index_of"} | {
+        "index": [prog.index_of.get(n.id) for n in prog.nodes]}
+
+
+def _variant(rng: random.Random, nodes: list[Node], change: str) -> list[Node]:
+    """A copy of `nodes` with other durations (and peers), or with one id, kind or dependency changed."""
+    copy = [Node(n.id, n.name, n.kind, duration_ns=rng.choice((-5, 0, 7, 300)), deps=list(n.deps), peer=rng.randrange(9))
+            for n in nodes]
+    if change and copy:
+        node = rng.choice(copy)
+        if change == "id":
+            node.id += 10**7
+        elif change == "kind":
+            node.kind = NodeKind.COMPUTE if node.kind != NodeKind.COMPUTE else NodeKind.RECV
+        else:
+            node.deps = node.deps + [copy[0].id] if node.deps else [10**6]
+    return copy
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_programs_of_one_structure_share_tables(seed):
+    """A program whose ids, types and dependencies equal an earlier one's takes that one's tables;
+    they are the tables it would build; its nodes and durations stay its own. Any other
+    difference builds its own."""
+    rng = random.Random(seed)
+    nodes = _random_nodes(rng, rng.randint(0, 40), contiguous=seed % 2 == 0)
+    shapes = {}
+    first = Program(nodes, shapes)
+    for change in ("", "", "id", "kind", "deps"):
+        other_nodes = _variant(rng, nodes, change)
+        other = Program(other_nodes, shapes)
+        alone = Program(other_nodes)
+        assert _structure(other) == _structure(alone)
+        assert other.nodes is other_nodes and other.durations == alone.durations
+        shared = not change or not nodes
+        assert (other.next_of is first.next_of) == shared
+
+
 def test_types_of_kinds_that_are_no_node_kind():
     """Plain ints, values past NodeKind's, negative ones and strings: the per-node rule."""
     kinds = [4, NodeKind.SEND, 9, 0, 300, "compute", None, 7]

@@ -110,15 +110,47 @@ class _Contiguous:
 
 
 class Program:
-    """What every rank running one node list has in common."""
+    """What every rank running one node list has in common.
+
+    The tables that a list's ids, types and dependencies decide (its *structure*) are built
+    once per distinct structure: ranks of one stage or data-parallel replicas often differ only
+    in durations and peers, and comparing three lists costs a fraction of building the tables.
+    `shapes` (types -> (ids, dependencies, program) of the programs already built) is where a
+    new program looks for an equal structure; None builds every table.
+    """
 
     __slots__ = ("nodes", "types", "queue", "durations", "ndeps", "next_of", "more", "prio", "by_prio", "missing",
                  "index_of", "compute_order", "linked", "ascending")
 
-    def __init__(self, nodes: list[Node]):
+    # The tables copied from a program of equal structure.
+    _STRUCTURE = ("queue", "ndeps", "next_of", "more", "prio", "by_prio", "missing", "index_of", "compute_order",
+                  "linked", "ascending")
+
+    def __init__(self, nodes: list[Node], shapes: dict[bytes, list[tuple[list, list, Program]]] | None = None):
         self.nodes = nodes
-        count = len(nodes)
         ids = [n.id for n in nodes]
+        deps = [n.deps for n in nodes]
+        self.types = types = _types_of(nodes)
+        # A negative time would run the clock back.
+        durations = [n.duration_ns for n in nodes]
+        if durations and min(durations) < 0:  # (durations are ints: 0 needs no change)
+            durations = [d if d > 0 else 0 for d in durations]
+        self.durations = durations
+        if shapes is not None:
+            same = shapes.setdefault(types, [])
+            for other_ids, other_deps, other in same:
+                if other_ids == ids and other_deps == deps:
+                    for name in self._STRUCTURE:
+                        setattr(self, name, getattr(other, name))
+                    self.types = other.types
+                    return
+            same.append((ids, deps, self))
+        self._build(ids, deps)
+
+    def _build(self, ids: list[int], deps_of: list[list[int]]) -> None:
+        """The structure's tables."""
+        types = self.types
+        count = len(ids)
         # Sets written with one id counter per rank number their nodes base, base + 1, ...:
         # then a dependency's index is its id - base and no table is needed.
         base = ids[0] if ids else 0
@@ -128,13 +160,7 @@ class Program:
             for i, nid in enumerate(ids):
                 index_of.setdefault(nid, i)
         self.index_of = _Contiguous(base, count) if contiguous else index_of
-        self.types = types = _types_of(nodes)
         self.queue = types.translate(_QUEUE_TABLE)
-        # A negative time would run the clock back.
-        durations = [n.duration_ns for n in nodes]
-        if durations and min(durations) < 0:  # (durations are ints: 0 needs no change)
-            durations = [d if d > 0 else 0 for d in durations]
-        self.durations = durations
         # Dependents: most nodes have one (the next of a chain) or none, so `next_of[j]` holds
         # the only one's index (or NO_DEPENDENT, or SEVERAL and then `more[j]` lists them): no
         # list object per node.
@@ -142,7 +168,7 @@ class Program:
         more: dict[int, list[int]] = {}
         ndeps = [0] * count
         missing: dict[int, list[int]] = {}  # node index -> dep ids that do not exist
-        for i, deps in enumerate([n.deps for n in nodes]):
+        for i, deps in enumerate(deps_of):
             if not deps:
                 continue
             if len(deps) == 1 and contiguous:
@@ -273,11 +299,12 @@ class Engine:
         self.rank_ids = [r.rank for r in self.ranks]
         self.pos_of = {r: i for i, r in enumerate(self.rank_ids)}
         programs: dict[int, Program] = {}
+        shapes: dict[bytes, list[tuple[list, list, Program]]] = {}  # see Program
         self.progs: list[Program] = []
         for rank in self.ranks:
             key = id(rank.nodes)
             if key not in programs:
-                programs[key] = Program(rank.nodes)
+                programs[key] = Program(rank.nodes, shapes)
             self.progs.append(programs[key])
         self.unique_programs = len(programs)
         # ASTRA-sim's ring holds one NPU per rank file: ranks 0 .. highest.
