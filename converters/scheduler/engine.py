@@ -409,7 +409,11 @@ class Engine:
         first_unstarted = [0] * nranks  # per rank: place in compute_order of the first compute node not started
         coll_count: list[dict[Any, int]] = [{} for _ in ranks]
         instances: dict[tuple[Any, int], list] = {}  # (gid, k) -> [needed, entries, cost, cause]
-        channels: dict[tuple[Any, Any, Any], tuple[deque, deque]] = {}  # (src, dst, tag) -> (sends, recvs)
+        # (src, dst, tag) -> the sends that wait for their receive, or the receives that wait for
+        # their send, in issue order; a channel with nothing waiting has no entry (most meet at
+        # once: a job holds tens of thousands of channels, and two deques each filled the caches).
+        sends_waiting: dict[tuple[Any, Any, Any], deque] = {}
+        recvs_waiting: dict[tuple[Any, Any, Any], deque] = {}
         # Ends to come: a heap of distinct times, and per time the nodes that end then, as
         # rank position, node index, ... in the order they were set (ties end in that order;
         # the members of a collective all end at once: one heap entry).
@@ -422,12 +426,6 @@ class Engine:
 
         send_ns_of: list[dict[tuple, int]] = [{} for _ in ranks]  # per position: (group, peer, size) -> ns
         send_ns = self.send_ns
-
-        def channel(key) -> tuple[deque, deque]:
-            chan = channels.get(key)
-            if chan is None:
-                chan = channels[key] = (deque(), deque())
-            return chan
 
         def finish_recv(r: int, i: int, posted: int, sent: int, arrived: int, sr: int, si: int) -> None:
             starts[r][i] = sent if sent > posted else posted
@@ -502,19 +500,31 @@ class Engine:
                 push(times, end)
             else:
                 bucket += (r, i)
-            sends, recvs = channel(channel_key(r, node, True))
-            if recvs:
+            key = channel_key(r, node, True)
+            recvs = recvs_waiting.get(key)
+            if recvs is not None:
                 r2, i2, posted = recvs.popleft()
+                if not recvs:
+                    del recvs_waiting[key]
                 finish_recv(r2, i2, posted, t, end, r, i)
             else:
+                sends = sends_waiting.get(key)
+                if sends is None:
+                    sends = sends_waiting[key] = deque()
                 sends.append((t, end, r, i))
 
         def post_recv(r: int, i: int, t: int, node: Node) -> None:
-            sends, recvs = channel(channel_key(r, node, False))
-            if sends:
+            key = channel_key(r, node, False)
+            sends = sends_waiting.get(key)
+            if sends is not None:
                 sent, arrived, r2, i2 = sends.popleft()
+                if not sends:
+                    del sends_waiting[key]
                 finish_recv(r, i, t, sent, arrived, r2, i2)
             else:
+                recvs = recvs_waiting.get(key)
+                if recvs is None:
+                    recvs = recvs_waiting[key] = deque()
                 recvs.append((r, i, t))
 
         def run_compute(r: int, prog: Program, c: int, i: int, end: int) -> tuple[int, int]:
@@ -674,7 +684,7 @@ class Engine:
         self.done = done
         self.computing = computing
         self._pending_instances = instances
-        self._channels = channels
+        self._recvs_waiting = recvs_waiting
         if any(done[r] < len(progs[r].nodes) for r in range(nranks)):
             raise self.deadlock(state)
         return starts, ends, cause
@@ -688,7 +698,7 @@ class Engine:
             for r, i in inst[1]:
                 waiting_in[(r, i)] = (gid, k)
         waiting_recv = {}
-        for key, (_, recvs) in self._channels.items():
+        for key, recvs in self._recvs_waiting.items():
             for r, i, _posted in recvs:
                 waiting_recv[(r, i)] = key
         for r, prog in enumerate(self.progs):
