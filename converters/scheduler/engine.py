@@ -397,7 +397,6 @@ class Engine:
         starts = [[0] * len(p.nodes) for p in progs]
         ends = [[0] * len(p.nodes) for p in progs]
         cause = [[NO_CAUSE] * len(p.nodes) for p in progs]
-        ready_at = [[0] * len(p.nodes) for p in progs]
         # Per rank: heaps of ready priorities for the compute stream, the comm slot, and the rest.
         queues: list[tuple[list[int], list[int], list[int]]] = [([], [], []) for _ in ranks]
         busy = [[False, False] for _ in ranks]  # compute stream, comm slot
@@ -536,7 +535,7 @@ class Engine:
                 # The run is nodes i .. last: set it with slices.
                 last = order[last_place]
                 # The run's inner nodes never reach a queue or the event heap (each is its
-                # predecessor's only dependent), so their `ready_at` and `remaining` stay unread.
+                # predecessor's only dependent), so their `remaining` stays unread.
                 times = list(accumulate(durations[i + 1:last + 1], initial=end))
                 sr = state[r]
                 starts[r][i + 1:last + 1] = times[:-1]
@@ -591,14 +590,19 @@ class Engine:
                             bucket += (r, i)
             busy_r = busy[r]
             # A node's cause: its last dependency if it became ready just now, else the node
-            # that freed its stream.
+            # that freed its stream. Until it is issued, a queued node's cause is the node of its
+            # rank that readied it (release), which ended when it became ready; a root's is
+            # NO_CAUSE, ready at 0. (No table of ready times: a list per rank filled the caches.)
             if comp_q and not busy_r[Q_COMPUTE]:
                 busy_r[Q_COMPUTE] = True
                 i = prog.by_prio[pop(comp_q)]
                 state[r][i] = S_ISSUED
                 starts[r][i] = t
-                if ready_at[r][i] != t and last[r][Q_COMPUTE] != NO_CAUSE:
-                    cause[r][i] = last[r][Q_COMPUTE]
+                freed_by = last[r][Q_COMPUTE]
+                if freed_by != NO_CAUSE:
+                    readied_by = cause[r][i]
+                    if (ends[r][readied_by - r * stride] if readied_by >= 0 else 0) != t:
+                        cause[r][i] = freed_by
                 end = ends[r][i] = t + prog.durations[i]
                 c = first_unstarted[r]
                 if runs and prog.compute_order[c] == i:  # every compute node before it has started
@@ -619,8 +623,11 @@ class Engine:
                 busy_r[Q_COMM] = True
                 i = prog.by_prio[pop(comm_q)]
                 state[r][i] = S_ISSUED
-                if ready_at[r][i] != t and last[r][Q_COMM] != NO_CAUSE:
-                    cause[r][i] = last[r][Q_COMM]
+                freed_by = last[r][Q_COMM]
+                if freed_by != NO_CAUSE:
+                    readied_by = cause[r][i]
+                    if (ends[r][readied_by - r * stride] if readied_by >= 0 else 0) != t:
+                        cause[r][i] = freed_by
                 if prog.types[i] == T_COLL:
                     issue_collective(r, i, t, prog.nodes[i])
                 else:
@@ -653,7 +660,6 @@ class Engine:
                 rem[d] -= 1
                 if rem[d] == 0:
                     state[r][d] = S_READY
-                    ready_at[r][d] = t
                     cause[r][d] = enc
                     push(queues[r][queue[d]], prog.prio[d])
 
