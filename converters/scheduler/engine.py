@@ -120,11 +120,11 @@ class Program:
     """
 
     __slots__ = ("nodes", "types", "queue", "durations", "ndeps", "next_of", "more", "prio", "by_prio", "missing",
-                 "index_of", "compute_order", "linked", "ascending")
+                 "index_of", "compute_order", "linked", "ascending", "_roots")
 
     # The tables copied from a program of equal structure.
     _STRUCTURE = ("queue", "ndeps", "next_of", "more", "prio", "by_prio", "missing", "index_of", "compute_order",
-                  "linked", "ascending")
+                  "linked", "ascending", "_roots")
 
     def __init__(self, nodes: list[Node], shapes: dict[bytes, list[tuple[list, list, Program]]] | None = None):
         self.nodes = nodes
@@ -211,6 +211,7 @@ class Program:
             for p, i in enumerate(self.by_prio):
                 self.prio[i] = p
         self._find_runs()
+        self._roots = self._find_roots()
 
     def _find_runs(self) -> None:
         """Runs of compute nodes that, once the first starts, run back to back.
@@ -246,7 +247,11 @@ class Program:
         return end
 
     def roots(self) -> list[int]:
-        """Indices of the nodes without dependencies, ascending (a few: found by C-level scans)."""
+        """Indices of the nodes without dependencies, ascending (shared: never change it)."""
+        return self._roots
+
+    def _find_roots(self) -> list[int]:
+        """The roots (a few: found by C-level scans)."""
         ndeps, found, i = self.ndeps, [], -1
         for _ in range(ndeps.count(0)):
             i = ndeps.index(0, i + 1)
