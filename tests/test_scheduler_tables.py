@@ -240,3 +240,44 @@ def test_schedules_with_many_ties_are_what_they_were(seed):
     timeline = schedule(trace, network=_net())
     assert _digest([starts, ends, cause, timeline.summary]) == _BEFORE[seed]
     assert (starts, ends, cause) == Engine(trace, _net(), runs=False).run()
+
+
+def _replica_trace(seed: int) -> ExecutionTrace:
+    """Pipeline stages of data-parallel replicas: the replicas of a stage have one structure
+    (ids, kinds, dependencies) but their own node lists, durations and peers."""
+    rng = random.Random(seed)
+    stages, dp = rng.randint(1, 3), rng.randint(2, 4)
+    trace = ExecutionTrace()
+    for s in range(stages):
+        group = trace.add_group("dp", [d + dp * s for d in range(dp)]).id
+        for d in range(dp):
+            r = d + dp * s
+            nodes, nid, prev = [], 0, None
+            for m in range(3):
+                if s > 0:
+                    nodes.append(recv(nid, src=r - dp, size=100, tag=m, deps=[prev] if prev is not None else []))
+                    prev, nid = nid, nid + 1
+                for _ in range(4):
+                    nodes.append(compute(nid, rng.choice((0, 100, 200, 300)), deps=[prev] if prev is not None else []))
+                    prev, nid = nid, nid + 1
+                if s < stages - 1:
+                    nodes.append(send(nid, dst=r + dp, size=rng.choice((0, 100)), tag=m, deps=[prev]))
+                    nid += 1
+            nodes.append(coll(nid, CollType.ALL_REDUCE, 100, deps=[prev], group=group))
+            nodes.append(coll(nid + 1, CollType.ALL_REDUCE, 100, deps=[prev, nid], group=group))
+            trace.ranks[r] = Rank(r, nodes)
+    trace.parallel.world = stages * dp
+    return trace
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_replicas_sharing_tables_schedule_as_with_their_own(seed):
+    """The engine builds one set of tables per structure; the schedule is the one of programs
+    that each built their own."""
+    trace = _replica_trace(seed)
+    shared = Engine(trace, _net())
+    assert shared.progs[0].next_of is shared.progs[1].next_of  # replicas of stage 0
+    alone = Engine(trace, _net())
+    alone.progs = [Program(rank.nodes) for rank in alone.ranks]
+    assert shared.run() == alone.run()
+    assert shared.run() == Engine(trace, _net(), runs=False).run()

@@ -20,7 +20,9 @@ Rules (ASTRA-sim's, so that our timelines agree with what it would compute):
   members shows as idle time); a receive starts when its data starts to move.
 
 Ranks that share one node list also share the per-list tables (dependents, issue order) so
-that a 1024-rank job of 16 pipeline stages builds 16 tables, not 1024. When ranks of one role
+that a 1024-rank job of 16 pipeline stages builds 16 tables, not 1024; node lists of their own
+that are equal in ids, types and dependencies (data-parallel replicas whose measured durations
+differ) share them too, and keep only their nodes and durations (`Program`). When ranks of one role
 are bound to behave alike, the loop runs only one representative per role (quotient.py);
 `Engine(trace, network)` without a quotient runs every rank.
 
