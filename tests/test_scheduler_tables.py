@@ -89,6 +89,45 @@ def test_program_tables_are_the_per_node_ones(seed):
     assert list(prog.linked) == linked
 
 
+def _structure(prog: Program) -> dict:
+    return {name: getattr(prog, name) for name in ("types", *Program._STRUCTURE) if name != "index_of"} | {
+        "index": [prog.index_of.get(n.id) for n in prog.nodes]}
+
+
+def _variant(rng: random.Random, nodes: list[Node], change: str) -> list[Node]:
+    """A copy of `nodes` with other durations (and peers), or with one id, kind or dependency changed."""
+    copy = [Node(n.id, n.name, n.kind, duration_ns=rng.choice((-5, 0, 7, 300)), deps=list(n.deps), peer=rng.randrange(9))
+            for n in nodes]
+    if change and copy:
+        node = rng.choice(copy)
+        if change == "id":
+            node.id += 10**7
+        elif change == "kind":
+            node.kind = NodeKind.COMPUTE if node.kind != NodeKind.COMPUTE else NodeKind.RECV
+        else:
+            node.deps = node.deps + [copy[0].id] if node.deps else [10**6]
+    return copy
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_programs_of_one_structure_share_tables(seed):
+    """A program whose ids, types and dependencies equal an earlier one's takes that one's tables;
+    they are the tables it would build; its nodes and durations stay its own. Any other
+    difference builds its own."""
+    rng = random.Random(seed)
+    nodes = _random_nodes(rng, rng.randint(0, 40), contiguous=seed % 2 == 0)
+    shapes = {}
+    first = Program(nodes, shapes)
+    for change in ("", "", "id", "kind", "deps"):
+        other_nodes = _variant(rng, nodes, change)
+        other = Program(other_nodes, shapes)
+        alone = Program(other_nodes)
+        assert _structure(other) == _structure(alone)
+        assert other.nodes is other_nodes and other.durations == alone.durations
+        shared = not change or not nodes
+        assert (other.next_of is first.next_of) == shared
+
+
 def test_types_of_kinds_that_are_no_node_kind():
     """Plain ints, values past NodeKind's, negative ones and strings: the per-node rule."""
     kinds = [4, NodeKind.SEND, 9, 0, 300, "compute", None, 7]
@@ -201,3 +240,44 @@ def test_schedules_with_many_ties_are_what_they_were(seed):
     timeline = schedule(trace, network=_net())
     assert _digest([starts, ends, cause, timeline.summary]) == _BEFORE[seed]
     assert (starts, ends, cause) == Engine(trace, _net(), runs=False).run()
+
+
+def _replica_trace(seed: int) -> ExecutionTrace:
+    """Pipeline stages of data-parallel replicas: the replicas of a stage have one structure
+    (ids, kinds, dependencies) but their own node lists, durations and peers."""
+    rng = random.Random(seed)
+    stages, dp = rng.randint(1, 3), rng.randint(2, 4)
+    trace = ExecutionTrace()
+    for s in range(stages):
+        group = trace.add_group("dp", [d + dp * s for d in range(dp)]).id
+        for d in range(dp):
+            r = d + dp * s
+            nodes, nid, prev = [], 0, None
+            for m in range(3):
+                if s > 0:
+                    nodes.append(recv(nid, src=r - dp, size=100, tag=m, deps=[prev] if prev is not None else []))
+                    prev, nid = nid, nid + 1
+                for _ in range(4):
+                    nodes.append(compute(nid, rng.choice((0, 100, 200, 300)), deps=[prev] if prev is not None else []))
+                    prev, nid = nid, nid + 1
+                if s < stages - 1:
+                    nodes.append(send(nid, dst=r + dp, size=rng.choice((0, 100)), tag=m, deps=[prev]))
+                    nid += 1
+            nodes.append(coll(nid, CollType.ALL_REDUCE, 100, deps=[prev], group=group))
+            nodes.append(coll(nid + 1, CollType.ALL_REDUCE, 100, deps=[prev, nid], group=group))
+            trace.ranks[r] = Rank(r, nodes)
+    trace.parallel.world = stages * dp
+    return trace
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_replicas_sharing_tables_schedule_as_with_their_own(seed):
+    """The engine builds one set of tables per structure; the schedule is the one of programs
+    that each built their own."""
+    trace = _replica_trace(seed)
+    shared = Engine(trace, _net())
+    assert shared.progs[0].next_of is shared.progs[1].next_of  # replicas of stage 0
+    alone = Engine(trace, _net())
+    alone.progs = [Program(rank.nodes) for rank in alone.ranks]
+    assert shared.run() == alone.run()
+    assert shared.run() == Engine(trace, _net(), runs=False).run()

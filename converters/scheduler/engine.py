@@ -20,7 +20,9 @@ Rules (ASTRA-sim's, so that our timelines agree with what it would compute):
   members shows as idle time); a receive starts when its data starts to move.
 
 Ranks that share one node list also share the per-list tables (dependents, issue order) so
-that a 1024-rank job of 16 pipeline stages builds 16 tables, not 1024. When ranks of one role
+that a 1024-rank job of 16 pipeline stages builds 16 tables, not 1024; node lists of their own
+that are equal in ids, types and dependencies (data-parallel replicas whose measured durations
+differ) share them too, and keep only their nodes and durations (`Program`). When ranks of one role
 are bound to behave alike, the loop runs only one representative per role (quotient.py);
 `Engine(trace, network)` without a quotient runs every rank.
 
@@ -110,15 +112,47 @@ class _Contiguous:
 
 
 class Program:
-    """What every rank running one node list has in common."""
+    """What every rank running one node list has in common.
+
+    The tables that a list's ids, types and dependencies decide (its *structure*) are built
+    once per distinct structure: ranks of one stage or data-parallel replicas often differ only
+    in durations and peers, and comparing three lists costs a fraction of building the tables.
+    `shapes` (types -> (ids, dependencies, program) of the programs already built) is where a
+    new program looks for an equal structure; None builds every table.
+    """
 
     __slots__ = ("nodes", "types", "queue", "durations", "ndeps", "next_of", "more", "prio", "by_prio", "missing",
-                 "index_of", "compute_order", "linked", "ascending")
+                 "index_of", "compute_order", "linked", "ascending", "_roots")
 
-    def __init__(self, nodes: list[Node]):
+    # The tables copied from a program of equal structure.
+    _STRUCTURE = ("queue", "ndeps", "next_of", "more", "prio", "by_prio", "missing", "index_of", "compute_order",
+                  "linked", "ascending", "_roots")
+
+    def __init__(self, nodes: list[Node], shapes: dict[bytes, list[tuple[list, list, Program]]] | None = None):
         self.nodes = nodes
-        count = len(nodes)
         ids = [n.id for n in nodes]
+        deps = [n.deps for n in nodes]
+        self.types = types = _types_of(nodes)
+        # A negative time would run the clock back.
+        durations = [n.duration_ns for n in nodes]
+        if durations and min(durations) < 0:  # (durations are ints: 0 needs no change)
+            durations = [d if d > 0 else 0 for d in durations]
+        self.durations = durations
+        if shapes is not None:
+            same = shapes.setdefault(types, [])
+            for other_ids, other_deps, other in same:
+                if other_ids == ids and other_deps == deps:
+                    for name in self._STRUCTURE:
+                        setattr(self, name, getattr(other, name))
+                    self.types = other.types
+                    return
+            same.append((ids, deps, self))
+        self._build(ids, deps)
+
+    def _build(self, ids: list[int], deps_of: list[list[int]]) -> None:
+        """The structure's tables."""
+        types = self.types
+        count = len(ids)
         # Sets written with one id counter per rank number their nodes base, base + 1, ...:
         # then a dependency's index is its id - base and no table is needed.
         base = ids[0] if ids else 0
@@ -128,13 +162,7 @@ class Program:
             for i, nid in enumerate(ids):
                 index_of.setdefault(nid, i)
         self.index_of = _Contiguous(base, count) if contiguous else index_of
-        self.types = types = _types_of(nodes)
         self.queue = types.translate(_QUEUE_TABLE)
-        # A negative time would run the clock back.
-        durations = [n.duration_ns for n in nodes]
-        if durations and min(durations) < 0:  # (durations are ints: 0 needs no change)
-            durations = [d if d > 0 else 0 for d in durations]
-        self.durations = durations
         # Dependents: most nodes have one (the next of a chain) or none, so `next_of[j]` holds
         # the only one's index (or NO_DEPENDENT, or SEVERAL and then `more[j]` lists them): no
         # list object per node.
@@ -142,7 +170,7 @@ class Program:
         more: dict[int, list[int]] = {}
         ndeps = [0] * count
         missing: dict[int, list[int]] = {}  # node index -> dep ids that do not exist
-        for i, deps in enumerate([n.deps for n in nodes]):
+        for i, deps in enumerate(deps_of):
             if not deps:
                 continue
             if len(deps) == 1 and contiguous:
@@ -185,6 +213,7 @@ class Program:
             for p, i in enumerate(self.by_prio):
                 self.prio[i] = p
         self._find_runs()
+        self._roots = self._find_roots()
 
     def _find_runs(self) -> None:
         """Runs of compute nodes that, once the first starts, run back to back.
@@ -220,7 +249,11 @@ class Program:
         return end
 
     def roots(self) -> list[int]:
-        """Indices of the nodes without dependencies, ascending (a few: found by C-level scans)."""
+        """Indices of the nodes without dependencies, ascending (shared: never change it)."""
+        return self._roots
+
+    def _find_roots(self) -> list[int]:
+        """The roots (a few: found by C-level scans)."""
         ndeps, found, i = self.ndeps, [], -1
         for _ in range(ndeps.count(0)):
             i = ndeps.index(0, i + 1)
@@ -273,11 +306,12 @@ class Engine:
         self.rank_ids = [r.rank for r in self.ranks]
         self.pos_of = {r: i for i, r in enumerate(self.rank_ids)}
         programs: dict[int, Program] = {}
+        shapes: dict[bytes, list[tuple[list, list, Program]]] = {}  # see Program
         self.progs: list[Program] = []
         for rank in self.ranks:
             key = id(rank.nodes)
             if key not in programs:
-                programs[key] = Program(rank.nodes)
+                programs[key] = Program(rank.nodes, shapes)
             self.progs.append(programs[key])
         self.unique_programs = len(programs)
         # ASTRA-sim's ring holds one NPU per rank file: ranks 0 .. highest.
@@ -370,7 +404,6 @@ class Engine:
         starts = [[0] * len(p.nodes) for p in progs]
         ends = [[0] * len(p.nodes) for p in progs]
         cause = [[NO_CAUSE] * len(p.nodes) for p in progs]
-        ready_at = [[0] * len(p.nodes) for p in progs]
         # Per rank: heaps of ready priorities for the compute stream, the comm slot, and the rest.
         queues: list[tuple[list[int], list[int], list[int]]] = [([], [], []) for _ in ranks]
         busy = [[False, False] for _ in ranks]  # compute stream, comm slot
@@ -382,7 +415,11 @@ class Engine:
         first_unstarted = [0] * nranks  # per rank: place in compute_order of the first compute node not started
         coll_count: list[dict[Any, int]] = [{} for _ in ranks]
         instances: dict[tuple[Any, int], list] = {}  # (gid, k) -> [needed, entries, cost, cause]
-        channels: dict[tuple[Any, Any, Any], tuple[deque, deque]] = {}  # (src, dst, tag) -> (sends, recvs)
+        # (src, dst, tag) -> the sends that wait for their receive, or the receives that wait for
+        # their send, in issue order; a channel with nothing waiting has no entry (most meet at
+        # once: a job holds tens of thousands of channels, and two deques each filled the caches).
+        sends_waiting: dict[tuple[Any, Any, Any], deque] = {}
+        recvs_waiting: dict[tuple[Any, Any, Any], deque] = {}
         # Ends to come: a heap of distinct times, and per time the nodes that end then, as
         # rank position, node index, ... in the order they were set (ties end in that order;
         # the members of a collective all end at once: one heap entry).
@@ -395,12 +432,6 @@ class Engine:
 
         send_ns_of: list[dict[tuple, int]] = [{} for _ in ranks]  # per position: (group, peer, size) -> ns
         send_ns = self.send_ns
-
-        def channel(key) -> tuple[deque, deque]:
-            chan = channels.get(key)
-            if chan is None:
-                chan = channels[key] = (deque(), deque())
-            return chan
 
         def finish_recv(r: int, i: int, posted: int, sent: int, arrived: int, sr: int, si: int) -> None:
             starts[r][i] = sent if sent > posted else posted
@@ -475,19 +506,31 @@ class Engine:
                 push(times, end)
             else:
                 bucket += (r, i)
-            sends, recvs = channel(channel_key(r, node, True))
-            if recvs:
+            key = channel_key(r, node, True)
+            recvs = recvs_waiting.get(key)
+            if recvs is not None:
                 r2, i2, posted = recvs.popleft()
+                if not recvs:
+                    del recvs_waiting[key]
                 finish_recv(r2, i2, posted, t, end, r, i)
             else:
+                sends = sends_waiting.get(key)
+                if sends is None:
+                    sends = sends_waiting[key] = deque()
                 sends.append((t, end, r, i))
 
         def post_recv(r: int, i: int, t: int, node: Node) -> None:
-            sends, recvs = channel(channel_key(r, node, False))
-            if sends:
+            key = channel_key(r, node, False)
+            sends = sends_waiting.get(key)
+            if sends is not None:
                 sent, arrived, r2, i2 = sends.popleft()
+                if not sends:
+                    del sends_waiting[key]
                 finish_recv(r, i, t, sent, arrived, r2, i2)
             else:
+                recvs = recvs_waiting.get(key)
+                if recvs is None:
+                    recvs = recvs_waiting[key] = deque()
                 recvs.append((r, i, t))
 
         def run_compute(r: int, prog: Program, c: int, i: int, end: int) -> tuple[int, int]:
@@ -499,7 +542,7 @@ class Engine:
                 # The run is nodes i .. last: set it with slices.
                 last = order[last_place]
                 # The run's inner nodes never reach a queue or the event heap (each is its
-                # predecessor's only dependent), so their `ready_at` and `remaining` stay unread.
+                # predecessor's only dependent), so their `remaining` stays unread.
                 times = list(accumulate(durations[i + 1:last + 1], initial=end))
                 sr = state[r]
                 starts[r][i + 1:last + 1] = times[:-1]
@@ -554,14 +597,19 @@ class Engine:
                             bucket += (r, i)
             busy_r = busy[r]
             # A node's cause: its last dependency if it became ready just now, else the node
-            # that freed its stream.
+            # that freed its stream. Until it is issued, a queued node's cause is the node of its
+            # rank that readied it (release), which ended when it became ready; a root's is
+            # NO_CAUSE, ready at 0. (No table of ready times: a list per rank filled the caches.)
             if comp_q and not busy_r[Q_COMPUTE]:
                 busy_r[Q_COMPUTE] = True
                 i = prog.by_prio[pop(comp_q)]
                 state[r][i] = S_ISSUED
                 starts[r][i] = t
-                if ready_at[r][i] != t and last[r][Q_COMPUTE] != NO_CAUSE:
-                    cause[r][i] = last[r][Q_COMPUTE]
+                freed_by = last[r][Q_COMPUTE]
+                if freed_by != NO_CAUSE:
+                    readied_by = cause[r][i]
+                    if (ends[r][readied_by - r * stride] if readied_by >= 0 else 0) != t:
+                        cause[r][i] = freed_by
                 end = ends[r][i] = t + prog.durations[i]
                 c = first_unstarted[r]
                 if runs and prog.compute_order[c] == i:  # every compute node before it has started
@@ -582,8 +630,11 @@ class Engine:
                 busy_r[Q_COMM] = True
                 i = prog.by_prio[pop(comm_q)]
                 state[r][i] = S_ISSUED
-                if ready_at[r][i] != t and last[r][Q_COMM] != NO_CAUSE:
-                    cause[r][i] = last[r][Q_COMM]
+                freed_by = last[r][Q_COMM]
+                if freed_by != NO_CAUSE:
+                    readied_by = cause[r][i]
+                    if (ends[r][readied_by - r * stride] if readied_by >= 0 else 0) != t:
+                        cause[r][i] = freed_by
                 if prog.types[i] == T_COLL:
                     issue_collective(r, i, t, prog.nodes[i])
                 else:
@@ -616,7 +667,6 @@ class Engine:
                 rem[d] -= 1
                 if rem[d] == 0:
                     state[r][d] = S_READY
-                    ready_at[r][d] = t
                     cause[r][d] = enc
                     push(queues[r][queue[d]], prog.prio[d])
 
@@ -647,7 +697,7 @@ class Engine:
         self.done = done
         self.computing = computing
         self._pending_instances = instances
-        self._channels = channels
+        self._recvs_waiting = recvs_waiting
         if any(done[r] < len(progs[r].nodes) for r in range(nranks)):
             raise self.deadlock(state)
         return starts, ends, cause
@@ -661,7 +711,7 @@ class Engine:
             for r, i in inst[1]:
                 waiting_in[(r, i)] = (gid, k)
         waiting_recv = {}
-        for key, (_, recvs) in self._channels.items():
+        for key, recvs in self._recvs_waiting.items():
             for r, i, _posted in recvs:
                 waiting_recv[(r, i)] = key
         for r, prog in enumerate(self.progs):

@@ -24,15 +24,22 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
     comm: dict[str, dict[str, int]] = {}
     cache: dict[int, dict[str, int]] = {}  # ranks sharing timelines share their breakdown
     finishes = []  # per position: its latest end
+    # Programs of one structure share their types (engine.Program): their communication
+    # nodes are found once.
+    talk_of: dict[int, tuple[list[int], list[int]]] = {}
     for r in range(len(engine.ranks)):
+        prog = engine.progs[r]
+        talk = talk_of.get(id(prog.types))
+        if talk is None:
+            talk = talk_of[id(prog.types)] = (indices(prog.types, IS_TALK), indices(prog.types, IS_COLL_OR_SEND))
         key = id(starts[r])
         if key not in cache:
-            cache[key] = _breakdown(engine.progs[r], starts[r], ends[r], engine.computing[r])
+            cache[key] = _breakdown(prog, starts[r], ends[r], engine.computing[r], talk[0])
         finishes.append(cache[key]["finish_ns"])
         members = engine.class_members(r)
         for rank in members:
             ranks_out[str(rank)] = dict(cache[key])
-        _add_traffic(comm, engine, r, starts[r], ends[r], len(members))
+        _add_traffic(comm, engine, r, starts[r], ends[r], len(members), talk[1])
     ranks_out = dict(sorted(ranks_out.items(), key=lambda kv: int(kv[0])))
     iteration = max((row["finish_ns"] for row in ranks_out.values()), default=0)
     return {
@@ -43,10 +50,11 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
     }
 
 
-def _breakdown(prog, st: list[int], en: list[int], computing: list[list[int]]) -> dict[str, int]:
+def _breakdown(prog, st: list[int], en: list[int], computing: list[list[int]], talk_nodes: list[int]) -> dict[str, int]:
     """`computing`: the engine's record of when the rank's compute stream was busy (sorted,
-    touching stretches joined); memory nodes, which run beside it, are added when there are any."""
-    memory_nodes, talk_nodes = _memory_and_talk(prog)
+    touching stretches joined); memory nodes, which run beside it, are added when there are any.
+    `talk_nodes`: the program's communication nodes."""
+    memory_nodes = _memory_nodes(prog)
     busy = computing
     if memory_nodes:
         busy = _merge([(a, b) for a, b in computing] + [(st[i], en[i]) for i in memory_nodes if en[i] > st[i]])
@@ -58,15 +66,12 @@ def _breakdown(prog, st: list[int], en: list[int], computing: list[list[int]]) -
             "idle_ns": max(0, finish - compute - exposed)}
 
 
-def _memory_and_talk(prog) -> tuple[list[int], list[int]]:
-    """Indices of a program's memory nodes (busy beside the compute stream) and of its
-    communication nodes."""
+def _memory_nodes(prog) -> list[int]:
+    """Indices of a program's memory nodes (busy beside the compute stream)."""
     types, nodes = prog.types, prog.nodes
-    memory = []
-    if T_OTHER in types:
-        memory = [i for i, typ in enumerate(types) if typ == T_OTHER and nodes[i].kind in _MEMORY_KINDS]
-    talk = indices(types, IS_TALK)
-    return memory, talk
+    if T_OTHER not in types:
+        return []
+    return [i for i, typ in enumerate(types) if typ == T_OTHER and nodes[i].kind in _MEMORY_KINDS]
 
 
 def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -97,26 +102,32 @@ def _measure_outside(talk: list[tuple[int, int]], busy: list[tuple[int, int]]) -
     return total
 
 
-def _add_traffic(comm: dict[str, dict[str, int]], engine: Engine, r: int, st: list[int], en: list[int], copies: int) -> None:
+def _add_traffic(comm: dict[str, dict[str, int]], engine: Engine, r: int, st: list[int], en: list[int], copies: int,
+                 coll_or_send: list[int]) -> None:
     """Collectives and sends per group kind: node count, bytes and busy time (summed over ranks;
-    `copies` ranks share this timeline)."""
+    `copies` ranks share this timeline). `coll_or_send`: the program's collectives and sends."""
     rank = engine.ranks[r]
     prog = engine.progs[r]
     nodes, types = prog.nodes, prog.types
-    rows: dict[tuple, dict[str, int]] = {}  # (group, type) -> the row of its kind
-    for i in indices(types, IS_COLL_OR_SEND):
-        node = nodes[i]
-        row = rows.get((node.group, types[i]))
+    # The kind depends on the rank's group for the node's and on sending or not only: the
+    # nodes are gathered by (group, type) first, then each gathering is summed at once.
+    gathered: dict[tuple, list[int]] = {}
+    for i in coll_or_send:
+        key = (nodes[i].group, types[i])
+        places = gathered.get(key)
+        if places is None:
+            gathered[key] = [i]
+        else:
+            places.append(i)
+    for places in gathered.values():
+        node = nodes[places[0]]
+        kind = engine.kind_of(rank.group_of(node), node)
+        row = comm.get(kind)
         if row is None:
-            # The kind depends on the rank's group for the node's and on sending or not only.
-            kind = engine.kind_of(rank.group_of(node), node)
-            row = comm.get(kind)
-            if row is None:
-                row = comm[kind] = {"ops": 0, "bytes": 0, "busy_ns": 0}
-            rows[(node.group, types[i])] = row
-        row["ops"] += copies
-        row["bytes"] += node.size * copies
-        row["busy_ns"] += (en[i] - st[i]) * copies
+            row = comm[kind] = {"ops": 0, "bytes": 0, "busy_ns": 0}
+        row["ops"] += len(places) * copies
+        row["bytes"] += sum([nodes[i].size for i in places]) * copies
+        row["busy_ns"] += (sum(map(en.__getitem__, places)) - sum(map(st.__getitem__, places))) * copies
 
 
 def critical_path(engine: Engine, starts, ends, cause, finishes: list[int] | None = None) -> dict[str, Any]:
