@@ -170,6 +170,8 @@ _TERMINATING_FLOW_IDS = b"\x81\x03"  # varint 385 = 48 << 3 | 1
 _FLOW_TAGS = tuple({FLOW_NONE: b"", FLOW_OUT: _FLOW_IDS, FLOW_IN: _TERMINATING_FLOW_IDS, FLOW_STEP: _FLOW_IDS}[d] for d in range(4))
 _FLOW_ID_AND_FLAGS = struct.Struct("<QBB")  # a flow id, then the sequence_flags field (2 bytes, see _FLAGS)
 _FLOW_AFTER_SIZE = len(_FLOW_IDS) + _FLOW_ID_AND_FLAGS.size  # what follows a begin's P with a flow (either tag)
+_FLOW_AFTER = struct.Struct("<%dsQBB" % len(_FLOW_IDS))  # a flow's tag, id and the sequence flags
+assert len(_FLOW_IDS) == len(_TERMINATING_FLOW_IDS) and _FLOW_AFTER.size == _FLOW_AFTER_SIZE
 PID_OFFSET = 1 << 14  # sequence id = PID_OFFSET + pid: a 3-byte varint from pid 1 ...
 MAX_PID = (1 << 21) - PID_OFFSET - 1  # ... to this one
 PID_FIELD_SIZE = 3  # bytes of `pid_bytes`
@@ -482,16 +484,16 @@ class _EventEncoder:
                                                                            heads, slots))))
         del slots
         head, rest = interned.pieces()
-        columns.packet_heads = list(map(self.packet_heads.__getitem__, map(
-            operator.add, map(operator.add, map(len, columns.stamps), map(len, between)), repeat(_PACKET_FIXED + len(_FLAGS)))))
-        columns.packet_heads.append(b"")
-        columns.stamps_and_tags = list(map(operator.add, columns.stamps, repeat(_SEQUENCE)))
-        columns.stamps_and_tags.append(b"")
-        columns.afters = [rest] + [_FLAGS] * n
+        packet_heads = map(self.packet_heads.__getitem__, map(
+            operator.add, map(operator.add, map(len, columns.stamps), map(len, between)), repeat(_PACKET_FIXED + len(_FLAGS))))
+        columns.tails = list(map(operator.add, map(operator.add, packet_heads, columns.stamps), repeat(_SEQUENCE)))
+        columns.tails.append(b"")
+        columns.begin_after = [0] * n  # position -> the event after its begin
+        list(map(columns.begin_after.__setitem__, columns.begin_positions, map(operator.add, columns.begin_at, repeat(1))))
         columns.base_flows = {}
         pieces: list[bytes] = [b""] * (2 * n + 2)
         pieces[0] = head
-        pieces[1::2] = list(map(b"".join, zip(columns.afters, columns.packet_heads, columns.stamps_and_tags)))
+        pieces[1::2] = list(map(operator.add, [rest] + [_FLAGS] * n, columns.tails))
         pieces[2::2] = between
         columns.pieces = pieces
 
@@ -499,26 +501,27 @@ class _EventEncoder:
         """Make the layout's pieces this process's: replace those of the begins whose name or
         args (positions in `own`) or flow differ from the base's."""
         flows, base_flows = process.flows, columns.base_flows
-        changed = set(flows).union(base_flows)
-        changed = list(compress(changed, map(operator.ne, map(flows.get, changed, repeat(0)),
-                                             map(base_flows.get, changed, repeat(0)))))
-        codes = list(map(flows.get, changed, repeat(0)))
-        # a flow that comes or goes changes the event's length: its packet is framed again
-        resized = compress(changed, map(operator.ne, map(operator.not_, codes),
-                                        map(operator.not_, map(base_flows.get, changed, repeat(0)))))
-        framed = sorted(own.union(resized))
+        if flows.keys() == base_flows.keys():
+            # the common case (ranks of a stage): flows at the same begins, most of them other
+            # flows (ids are global); each is written again, none changes a packet's length
+            changed, codes = list(flows), list(flows.values())
+            framed = sorted(own)
+        else:
+            changed = set(flows).union(base_flows)
+            changed = list(compress(changed, map(operator.ne, map(flows.get, changed, repeat(0)),
+                                                 map(base_flows.get, changed, repeat(0)))))
+            codes = list(map(flows.get, changed, repeat(0)))
+            # a flow that comes or goes changes the event's length: its packet is framed again
+            resized = compress(changed, map(operator.ne, map(operator.not_, codes),
+                                            map(operator.not_, map(base_flows.get, changed, repeat(0)))))
+            framed = sorted(own.union(resized))
+        # the piece of the event after each changed begin: its flow, then that event's tail
+        after_at = list(map(columns.begin_after.__getitem__, changed))
+        pieces = columns.pieces
+        list(map(pieces.__setitem__, map(operator.add, map(operator.add, after_at, after_at), repeat(1)),
+                 map(operator.add, flow_afters(codes), map(columns.tails.__getitem__, after_at))))
         if framed:
             self.frame_again(columns, interned, process, framed, own)
-        events = list(map(columns.begin_at.__getitem__, map(columns.begin_index.__getitem__, changed)))
-        after_at = list(map(operator.add, events, repeat(1)))
-        list(map(columns.afters.__setitem__, after_at, flow_afters(codes)))
-        # the pieces before the packets framed again (their heads) and after the changed flows
-        framed_events = list(map(columns.begin_at.__getitem__, map(columns.begin_index.__getitem__, framed)))
-        around = list(dict.fromkeys(framed_events + after_at))
-        pieces = columns.pieces
-        list(map(pieces.__setitem__, map(operator.add, map(operator.add, around, around), repeat(1)), map(
-            b"".join, zip(map(columns.afters.__getitem__, around), map(columns.packet_heads.__getitem__, around),
-                          map(columns.stamps_and_tags.__getitem__, around)))))
 
     def frame_again(self, columns: _Columns, interned: _Interned, process: Process, positions: list[int],
                     own: set[int]) -> None:
@@ -537,10 +540,20 @@ class _EventEncoder:
         sizes = map(operator.add, map(operator.add, map(len, heads), map(len, slots)), after_sizes)
         between = list(map(b"".join, zip(map(self.event_heads.__getitem__, map(operator.sub, sizes, repeat(
             len(_FLAGS) - PID_FIELD_SIZE))), heads, slots)))
-        list(map(columns.pieces.__setitem__, map(operator.add, map(operator.add, events, events), repeat(2)), between))
-        packet_sizes = map(operator.add, map(operator.add, map(len, map(columns.stamps.__getitem__, events)),
-                                             map(len, between)), map(operator.add, after_sizes, repeat(_PACKET_FIXED)))
-        list(map(columns.packet_heads.__setitem__, events, map(self.packet_heads.__getitem__, packet_sizes)))
+        pieces = columns.pieces
+        list(map(pieces.__setitem__, map(operator.add, map(operator.add, events, events), repeat(2)), between))
+        stamps = list(map(columns.stamps.__getitem__, events))
+        packet_sizes = map(operator.add, map(operator.add, map(len, stamps), map(len, between)),
+                           map(operator.add, after_sizes, repeat(_PACKET_FIXED)))
+        tails = list(map(operator.add, map(operator.add, map(self.packet_heads.__getitem__, packet_sizes), stamps),
+                         repeat(_SEQUENCE)))
+        # the piece before each packet: what follows the previous P (kept), then the new tail
+        at = [2 * e + 1 for e in events]
+        pieces_before = list(map(pieces.__getitem__, at))
+        kept = map(len, map(columns.tails.__getitem__, events))
+        list(map(pieces.__setitem__, at, [piece[:len(piece) - old] + tail
+                                          for piece, old, tail in zip(pieces_before, kept, tails)]))
+        list(map(columns.tails.__setitem__, events, tails))
 
     def frame(self, columns: _Columns, heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
         """The pieces of every packet of a layout's events, with these begins' heads and tails
@@ -690,9 +703,8 @@ class _Columns:
         list(map(self.begin_index.__setitem__, self.begin_positions, range(n)))
         # a shared layout's framing, made from its first process (see `_EventEncoder.member_parts`)
         self.pieces: list[bytes] | None = None  # the base's
-        self.packet_heads: list[bytes] = []  # the base's, per event, then b""
-        self.afters: list[bytes] = []  # the base's, per event, what follows the P before its packet; then the last's
-        self.stamps_and_tags: list[bytes] = []  # per event, its timestamp field and the sequence id tag; then b""
+        self.tails: list[bytes] = []  # the base's, per event: packet head, timestamp field, sequence id tag; then b""
+        self.begin_after: list[int] = []  # position -> the event after its begin (whose piece starts with its flow)
         self.base_flows: dict[int, int] = {}  # the base's flows
         self.base: tuple[list, list] | None = None  # the names and args of the last process framed with `pieces`
         self.ref_heads: list[bytes] | None = None  # the base's begins' heads
@@ -726,8 +738,9 @@ def flow_afters(codes: list[int]) -> list[bytes]:
     """Per begin, its flow (`code`: see `layout_chrome.flow_of`; 0 for none) and the sequence flags."""
     if not all(codes):
         return [_FLOW_TAGS[code & 3] + _FLOW_ID_AND_FLAGS.pack(code >> 2, *_FLAGS) if code else _FLAGS for code in codes]
-    ids = map(_FLOW_ID_AND_FLAGS.pack, map(operator.rshift, codes, repeat(2)), repeat(_FLAGS[0]), repeat(_FLAGS[1]))
-    return list(map(operator.add, map(_FLOW_TAGS.__getitem__, map(operator.and_, codes, repeat(3))), ids))
+    # the flow's tag (2 bytes either way), its id and the flags in one struct call per begin
+    return list(map(_FLOW_AFTER.pack, map(_FLOW_TAGS.__getitem__, map(operator.and_, codes, repeat(3))),
+                    map(operator.rshift, codes, repeat(2)), repeat(_FLAGS[0]), repeat(_FLAGS[1])))
 
 
 def generation_order(layout: Layout) -> list[int]:
