@@ -36,7 +36,6 @@ wall-clock or hash order: same trace, same bytes.
 
 from __future__ import annotations
 
-import functools
 import operator
 import re
 import struct
@@ -57,7 +56,7 @@ from ..timeline import Timeline
 from .atomic import atomic_file
 from .forked import draw, write_processes
 from .layout_chrome import (
-    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, OWN_FIELDS, ArgsRows, ArgsShape, Layout, Plan, Process, lookup_encoded,
+    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, OWN_FIELDS, ArgsRows, ArgsShape, Layout, Plan, Process,
     encoder_by_process, report_iteration, start_plan,
 )
 
@@ -502,9 +501,10 @@ class _EventEncoder:
         args (positions in `own`) or flow differ from the base's."""
         flows, base_flows = process.flows, columns.base_flows
         if flows.keys() == base_flows.keys():
-            # the common case (ranks of a stage): flows at the same begins, most of them other
-            # flows (ids are global); each is written again, none changes a packet's length
-            changed, codes = list(flows), list(flows.values())
+            # the common case (ranks of a stage): flows at the same begins, about half of them
+            # other flows; none changes a packet's length
+            changed = list(compress(flows, map(operator.ne, flows.values(), map(base_flows.__getitem__, flows))))
+            codes = list(map(flows.__getitem__, changed))
             framed = sorted(own)
         else:
             changed = set(flows).union(base_flows)
@@ -854,6 +854,31 @@ _INT64 = (-(1 << 63), 1 << 63)
 MAX_ANNOTATION_PIECES = 1 << 16
 
 
+class _AnnotationPieces(dict):
+    """(key, value) -> its debug annotation, encoded when first asked for."""
+
+    def __init__(self, arg_names: dict[str, int]):
+        super().__init__()
+        self.arg_names = arg_names
+
+    def __missing__(self, item: tuple[str, Any]) -> bytes:
+        text = self[item] = _annotation(self.arg_names[item[0]], item[1])
+        return text
+
+
+class _FieldPieces(dict):
+    """value -> its debug annotation under one arg name (`name_iid`), encoded when first asked
+    for; b"" for None (a field the slice's args do not have)."""
+
+    def __init__(self, name_iid: int):
+        super().__init__({None: b""})
+        self.name_iid = name_iid
+
+    def __missing__(self, value: Any) -> bytes:
+        text = self[value] = _annotation(self.name_iid, value)
+        return text
+
+
 class _Annotations:
     """args -> their debug annotations, from pieces encoded once per (key, value).
 
@@ -864,31 +889,25 @@ class _Annotations:
 
     def __init__(self, arg_names: dict[str, int]):
         self.arg_names = arg_names
-        self.pieces: dict[tuple[str, Any], bytes] = {}
-        self.field_pieces: dict[str, dict[Any, bytes]] = {}  # see `column`
+        self.pieces = _AnnotationPieces(arg_names)
+        self.field_pieces: dict[str, _FieldPieces] = {}  # see `column`
 
     def __call__(self, args: dict[str, Any]) -> bytes:
         return self.many([args])[0]
 
     def many(self, dicts: list[dict[str, Any]]) -> list[bytes]:
-        """The annotations of each dict: the items of all of them looked up at once."""
+        """The annotations of each dict: its items' pieces joined, every lookup and join in C."""
         if not _PLAIN_VALUES.issuperset(map(type, chain.from_iterable(map(dict.values, dicts)))):
             return list(map(self.unplain, dicts))
         if len(self.pieces) >= MAX_ANNOTATION_PIECES:
             self.pieces.clear()
-        items = list(chain.from_iterable(map(dict.items, dicts)))
-        pieces = lookup_encoded(self.pieces, items, items, self.item_piece)
-        ends = list(accumulate(map(len, dicts)))
-        return list(map(b"".join, map(pieces.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+        return list(map(b"".join, map(map, repeat(self.pieces.__getitem__), map(dict.items, dicts))))
 
     def fixed(self, key: str, value: Any) -> bytes:
         """The piece of one (key, value), from the cache when its type names one encoding."""
         if value.__class__ not in _PLAIN_VALUES:
             return self.piece(key, value)
-        text = self.pieces.get((key, value))
-        if text is None:
-            text = self.pieces[(key, value)] = self.piece(key, value)
-        return text
+        return self.pieces[(key, value)]
 
     def column(self, key: str, values: list) -> list[bytes]:
         """The piece of (key, value) for each value; b"" for None (a field the arg does not have)."""
@@ -896,17 +915,14 @@ class _Annotations:
             return [b"" if value is None else self.piece(key, value) for value in values]
         cache = self.field_pieces.get(key)  # value -> piece: looked up without a (key, value) tuple each
         if cache is None or len(cache) >= MAX_ANNOTATION_PIECES:
-            cache = self.field_pieces[key] = {None: b""}
-        return lookup_encoded(cache, values, values, functools.partial(self.piece, key))
+            cache = self.field_pieces[key] = _FieldPieces(self.arg_names[key])
+        return list(map(cache.__getitem__, values))
 
     def unplain(self, args: dict[str, Any]) -> bytes:
         """A dict with a value of another type (bool, float): by its own items."""
         if _PLAIN_VALUES.issuperset(map(type, args.values())):
             return self.many([args])[0]
         return b"".join([self.piece(key, value) for key, value in args.items()])
-
-    def item_piece(self, item: tuple[str, Any]) -> bytes:
-        return self.piece(*item)
 
     def piece(self, key: str, value: Any) -> bytes:
         return _annotation(self.arg_names[key], value)
