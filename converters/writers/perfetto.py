@@ -505,33 +505,36 @@ class _EventEncoder:
             # other flows; none changes a packet's length
             changed = list(compress(flows, map(operator.ne, flows.values(), map(base_flows.__getitem__, flows))))
             codes = list(map(flows.__getitem__, changed))
-            framed = sorted(own)
+            resized = set()
         else:
             changed = set(flows).union(base_flows)
             changed = list(compress(changed, map(operator.ne, map(flows.get, changed, repeat(0)),
                                                  map(base_flows.get, changed, repeat(0)))))
             codes = list(map(flows.get, changed, repeat(0)))
             # a flow that comes or goes changes the event's length: its packet is framed again
-            resized = compress(changed, map(operator.ne, map(operator.not_, codes),
-                                            map(operator.not_, map(base_flows.get, changed, repeat(0)))))
-            framed = sorted(own.union(resized))
+            resized = set(compress(changed, map(operator.ne, map(operator.not_, codes),
+                                                map(operator.not_, map(base_flows.get, changed, repeat(0))))))
+        framed = sorted(own.union(resized))
         # the piece of the event after each changed begin: its flow, then that event's tail
         after_at = list(map(columns.begin_after.__getitem__, changed))
         pieces = columns.pieces
         list(map(pieces.__setitem__, map(operator.add, map(operator.add, after_at, after_at), repeat(1)),
                  map(operator.add, flow_afters(codes), map(columns.tails.__getitem__, after_at))))
         if framed:
-            self.frame_again(columns, interned, process, framed, own)
+            self.frame_again(columns, interned, process, framed, own, resized)
 
     def frame_again(self, columns: _Columns, interned: _Interned, process: Process, positions: list[int],
-                    own: set[int]) -> None:
-        """The piece between the P's and the packet head of the begins at these positions, with
-        this process's name and args at the positions in `own`, and its flows."""
+                    own: set[int], resized: set[int]) -> None:
+        """The piece between the P's of the begins at these positions, with this process's name
+        and args at the positions in `own`, and its flows; and the packet head of those whose
+        packet length changes (a flow that comes or goes: `resized`; or args of another length)."""
         begins = list(map(columns.begin_index.__getitem__, positions))
         mine = [i for i in positions if i in own]
         if mine:
             names, args = process.names, process.slice_args
-            new_heads = self.begin_heads(interned, list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
+            # not through `begin_heads`' cache: a rank's own args are mostly its own dicts (its peers)
+            new_heads = list(map(operator.add, interned.annotations.many(list(map(args.__getitem__, mine))),
+                                 map(interned.name_fields.__getitem__, map(names.__getitem__, mine))))
             list(map(columns.ref_heads.__setitem__, map(columns.begin_index.__getitem__, mine), new_heads))
         heads = list(map(columns.ref_heads.__getitem__, begins))
         after_sizes = [_FLOW_AFTER_SIZE if code else len(_FLAGS) for code in map(process.flows.get, positions, repeat(0))]
@@ -541,10 +544,18 @@ class _EventEncoder:
         between = list(map(b"".join, zip(map(self.event_heads.__getitem__, map(operator.sub, sizes, repeat(
             len(_FLAGS) - PID_FIELD_SIZE))), heads, slots)))
         pieces = columns.pieces
-        list(map(pieces.__setitem__, map(operator.add, map(operator.add, events, events), repeat(2)), between))
+        between_at = list(map(operator.add, map(operator.add, events, events), repeat(2)))
+        old_sizes = list(map(len, map(pieces.__getitem__, between_at)))
+        list(map(pieces.__setitem__, between_at, between))
+        # the packets whose length changes: a new packet head in the piece before them
+        again = [k for k, (old, new, position) in enumerate(zip(old_sizes, map(len, between), positions))
+                 if old != new or position in resized]
+        if not again:
+            return
+        events = list(map(events.__getitem__, again))
         stamps = list(map(columns.stamps.__getitem__, events))
-        packet_sizes = map(operator.add, map(operator.add, map(len, stamps), map(len, between)),
-                           map(operator.add, after_sizes, repeat(_PACKET_FIXED)))
+        packet_sizes = map(operator.add, map(operator.add, map(len, stamps), map(len, map(between.__getitem__, again))),
+                           map(operator.add, map(after_sizes.__getitem__, again), repeat(_PACKET_FIXED)))
         tails = list(map(operator.add, map(operator.add, map(self.packet_heads.__getitem__, packet_sizes), stamps),
                          repeat(_SEQUENCE)))
         # the piece before each packet: what follows the previous P (kept), then the new tail
