@@ -39,6 +39,7 @@ from __future__ import annotations
 import operator
 import re
 import struct
+from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from itertools import accumulate, chain, compress, count, repeat
@@ -470,7 +471,6 @@ class _EventEncoder:
             own = columns.own_positions(process)
         self.replace_begins(columns, interned, process, set(own[0]).union(own[1]))
         columns.base = (process.names, process.slice_args)
-        columns.base_flows = process.flows
         return [pid.join(columns.pieces)]
 
     def first_pieces(self, columns: _Columns, interned: _Interned) -> None:
@@ -489,7 +489,8 @@ class _EventEncoder:
         columns.tails.append(b"")
         columns.begin_after = [0] * n  # position -> the event after its begin
         list(map(columns.begin_after.__setitem__, columns.begin_positions, map(operator.add, columns.begin_at, repeat(1))))
-        columns.base_flows = {}
+        columns.base_flows = (array("q"), array("q"))
+        columns.flows_at = set()
         pieces: list[bytes] = [b""] * (2 * n + 2)
         pieces[0] = head
         pieces[1::2] = list(map(operator.add, [rest] + [_FLAGS] * n, columns.tails))
@@ -499,14 +500,19 @@ class _EventEncoder:
     def replace_begins(self, columns: _Columns, interned: _Interned, process: Process, own: set[int]) -> None:
         """Make the layout's pieces this process's: replace those of the begins whose name or
         args (positions in `own`) or flow differ from the base's."""
-        flows, base_flows = process.flows, columns.base_flows
-        if flows.keys() == base_flows.keys():
+        # flows as columns (positions, codes) of `process.flow_pairs`: no dict per rank
+        pairs = process.flow_pairs
+        at, codes = pairs[0::2], pairs[1::2]
+        base_at, base_codes = columns.base_flows
+        if at == base_at:
             # the common case (ranks of a stage): flows at the same begins, about half of them
             # other flows; none changes a packet's length
-            changed = list(compress(flows, map(operator.ne, flows.values(), map(base_flows.__getitem__, flows))))
-            codes = list(map(flows.__getitem__, changed))
+            differ = list(map(operator.ne, codes, base_codes))
+            changed, codes = list(compress(at, differ)), list(compress(codes, differ))
             resized = set()
         else:
+            flows, base_flows = dict(zip(at, codes)), dict(zip(base_at, base_codes))
+            columns.flows_at = set(flows)
             changed = set(flows).union(base_flows)
             changed = list(compress(changed, map(operator.ne, map(flows.get, changed, repeat(0)),
                                                  map(base_flows.get, changed, repeat(0)))))
@@ -514,6 +520,7 @@ class _EventEncoder:
             # a flow that comes or goes changes the event's length: its packet is framed again
             resized = set(compress(changed, map(operator.ne, map(operator.not_, codes),
                                                 map(operator.not_, map(base_flows.get, changed, repeat(0))))))
+        columns.base_flows = (at, pairs[1::2])
         framed = sorted(own.union(resized))
         # the piece of the event after each changed begin: its flow, then that event's tail
         after_at = list(map(columns.begin_after.__getitem__, changed))
@@ -537,7 +544,7 @@ class _EventEncoder:
                                  map(interned.name_fields.__getitem__, map(names.__getitem__, mine))))
             list(map(columns.ref_heads.__setitem__, map(columns.begin_index.__getitem__, mine), new_heads))
         heads = list(map(columns.ref_heads.__getitem__, begins))
-        after_sizes = [_FLOW_AFTER_SIZE if code else len(_FLAGS) for code in map(process.flows.get, positions, repeat(0))]
+        after_sizes = [_FLOW_AFTER_SIZE if i in columns.flows_at else len(_FLAGS) for i in positions]
         events = list(map(columns.begin_at.__getitem__, begins))
         slots = list(map(self.slot_bytes.__getitem__, map(columns.begin_slots.__getitem__, begins)))
         sizes = map(operator.add, map(operator.add, map(len, heads), map(len, slots)), after_sizes)
@@ -716,7 +723,8 @@ class _Columns:
         self.pieces: list[bytes] | None = None  # the base's
         self.tails: list[bytes] = []  # the base's, per event: packet head, timestamp field, sequence id tag; then b""
         self.begin_after: list[int] = []  # position -> the event after its begin (whose piece starts with its flow)
-        self.base_flows: dict[int, int] = {}  # the base's flows
+        self.base_flows: tuple[array, array] = (array("q"), array("q"))  # the base's flows: positions, codes
+        self.flows_at: set[int] = set()  # the base's positions with a flow
         self.base: tuple[list, list] | None = None  # the names and args of the last process framed with `pieces`
         self.ref_heads: list[bytes] | None = None  # the base's begins' heads
         self.ref_key: tuple | None = None  # the interning tables of every process framed with `pieces`
