@@ -37,6 +37,7 @@ wall-clock or hash order: same trace, same bytes.
 from __future__ import annotations
 
 import operator
+import functools
 import re
 import struct
 from array import array
@@ -433,13 +434,12 @@ class _EventEncoder:
             parts = self.member_parts(columns, interned, process, pid, own)
             if parts is not None:
                 return parts
-            heads = columns.heads(self, interned, process.names, args)
-        elif rows is not None:
-            heads = self.row_begin_heads(interned, list(map(process.names.__getitem__, columns.begin_positions)), rows,
-                                         columns.begin_positions)
+        # the begins' heads and tails by position (as the layout has them), framed in writing order
+        if rows is not None:
+            heads = self.row_begin_heads(interned, process.names, rows)
         else:
-            heads = columns.heads(self, interned, process.names, args)
-        return _prepend(interned.packet(pid), self.frame(columns, heads, pid, self.begin_tails(columns, process)))
+            heads = self.begin_heads(interned, process.names, args)
+        return _prepend(interned.packet(pid), self.frame(columns, heads, pid, self.begin_tails(layout, process)))
 
     # -- processes drawn with a shared layout (the ranks of a stage in a scheduled trace)
     #
@@ -575,12 +575,12 @@ class _EventEncoder:
 
     def frame(self, columns: _Columns, heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
         """The pieces of every packet of a layout's events, with these begins' heads and tails
-        (in begin order, see `begin_tails`) and this P."""
+        (by position, see `begin_tails`) and this P."""
         sizes = map(operator.add, map(len, heads), map(len, tails))
         begin_rests = list(map(b"".join, zip(map(self.sequence_event_heads.__getitem__, map(operator.sub, sizes, repeat(
             len(_FLAGS)))), heads, tails)))
         rests = list(map(self.end_rests.__getitem__, columns.slots))
-        list(map(rests.__setitem__, columns.begin_at, begin_rests))
+        list(map(rests.__setitem__, columns.begin_at, map(begin_rests.__getitem__, columns.begin_positions)))
         del begin_rests
         stamps = columns.stamps
         n = len(stamps)
@@ -591,19 +591,19 @@ class _EventEncoder:
         parts[2::_PIECES_PER_PACKET] = rests
         return parts
 
-    def begin_tails(self, columns: _Columns, process: Process) -> list[bytes]:
-        """Per begin (in begin order), what follows its head: its slot's bytes, P (the track
+    def begin_tails(self, layout: Layout, process: Process) -> list[bytes]:
+        """Per begin (by position), what follows its head: its slot's bytes, P (the track
         uuid's end), any flow id and the sequence flags."""
-        tails = list(map(self.slot_tails.__getitem__, columns.begin_slots))
+        slots = layout.slots
+        tails = list(map(self.slot_tails.__getitem__, slots))
         flows = process.flows
         if flows:
-            begins = list(map(columns.begin_index.__getitem__, flows))
             codes = list(flows.values())  # none 0
             # slot bytes, P and flow tag by slot << 2 | direction; then the flow id and the flags
             heads = map(self.flow_heads.__getitem__, map(operator.or_, map(operator.lshift, map(
-                columns.begin_slots.__getitem__, begins), repeat(2)), map(operator.and_, codes, repeat(3))))
+                slots.__getitem__, flows), repeat(2)), map(operator.and_, codes, repeat(3))))
             ids = map(_FLOW_ID_AND_FLAGS.pack, map(operator.rshift, codes, repeat(2)), repeat(_FLAGS[0]), repeat(_FLAGS[1]))
-            list(map(tails.__setitem__, begins, map(operator.add, heads, ids)))
+            list(map(tails.__setitem__, flows, map(operator.add, heads, ids)))
         return tails
 
     def begin_heads(self, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
@@ -622,15 +622,15 @@ class _EventEncoder:
         interned.begins.update(zip(missing, self.new_begins(interned, [names[j] for j in new], [args[j] for j in new])))
         return list(map(interned.begins.__getitem__, keys))
 
-    def row_begin_heads(self, interned: _Interned, names: list[str], rows: ArgsRows, positions: list[int]) -> list[bytes]:
-        """`begin_heads` of the begins at these positions (in writing order), from args shapes:
-        each shape's fixed annotations encoded once, the own fields' ones per value."""
+    def row_begin_heads(self, interned: _Interned, names: list[str], rows: ArgsRows) -> list[bytes]:
+        """`begin_heads` of every position, from args shapes: each shape's fixed annotations
+        encoded once, the own fields' ones per value."""
         # the previous process's formats, if it had the same interning: ranks next to each other share shapes
         # else one of the same items: the ranks of a log have shapes of their own, most of them alike
         previous, formats, alike = interned.args.shape_formats, {}, interned.args.formats_by_items
         if len(alike) >= MAX_ANNOTATION_PIECES:
             alike.clear()
-        for shape in dict.fromkeys(map(rows.shapes.__getitem__, positions)):
+        for shape in dict.fromkeys(rows.shapes):
             text = previous.get(shape)
             if text is None:
                 items = tuple(shape.items)
@@ -646,8 +646,8 @@ class _EventEncoder:
         arg_names, annotations = interned.arg_names, interned.annotations
         values = [annotations.column(key, column) if key in arg_names else [b""] * len(column)
                   for key, column in zip(OWN_FIELDS, rows.columns)]
-        texts = list(map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values)))
-        return list(map(operator.add, map(texts.__getitem__, positions), map(interned.name_fields.__getitem__, names)))
+        texts = map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values))
+        return list(map(operator.add, texts, map(interned.name_fields.__getitem__, names)))
 
     def shape_format(self, interned: _Interned, shape: ArgsShape) -> bytes:
         """The shape's annotations with a `%b` per own field, a `%.0b` per other field, in OWN_FIELDS order."""
@@ -716,9 +716,6 @@ class _Columns:
         kinds = list(map(operator.ge, codes, repeat(n)))  # True for a begin
         self.begin_at = list(compress(count(), kinds))  # event index of each begin
         self.begin_positions = list(map(operator.sub, compress(codes, kinds), repeat(n)))
-        self.begin_slots = list(map(self.slots.__getitem__, self.begin_at))
-        self.begin_index = [0] * n  # position -> its begin's index in begin order
-        list(map(self.begin_index.__setitem__, self.begin_positions, range(n)))
         # a shared layout's framing, made from its first process (see `_EventEncoder.member_parts`)
         self.pieces: list[bytes] | None = None  # the base's
         self.tails: list[bytes] = []  # the base's, per event: packet head, timestamp field, sequence id tag; then b""
@@ -728,6 +725,18 @@ class _Columns:
         self.base: tuple[list, list] | None = None  # the names and args of the last process framed with `pieces`
         self.ref_heads: list[bytes] | None = None  # the base's begins' heads
         self.ref_key: tuple | None = None  # the interning tables of every process framed with `pieces`
+
+    # what a shared layout's processes need besides (`_EventEncoder.member_parts`)
+    @functools.cached_property
+    def begin_slots(self) -> list[int]:
+        return list(map(self.slots.__getitem__, self.begin_at))
+
+    @functools.cached_property
+    def begin_index(self) -> list[int]:
+        """position -> its begin's index in begin order."""
+        index = [0] * len(self.begin_positions)
+        list(map(index.__setitem__, self.begin_positions, range(len(index))))
+        return index
 
     def own_positions(self, process: Process) -> tuple[list[int], list[int]]:
         """The positions whose name, and those whose args, are not the base process's (other objects)."""
