@@ -705,14 +705,16 @@ class _Columns:
         # sorted by (ts, slot) as one int per code, ts << slot bits | slot (also for ts < 0), then by
         # generation order: the sort is stable
         slot_bits = max(slots, default=0).bit_length()
-        keys = list(map(operator.or_, map(operator.lshift, ends + starts, repeat(slot_bits)), slots + slots))
+        event_times, event_slots = ends + starts, slots + slots  # by code
+        keys = list(map(operator.or_, map(operator.lshift, event_times, repeat(slot_bits)), event_slots))
         codes = sorted(generation_order(layout), key=keys.__getitem__)  # n + position for a begin, position for an end
         del keys
-        times = list(map((ends + starts).__getitem__, codes))
+        times = list(map(event_times.__getitem__, codes))
+        del event_times
         self.size = len(codes)
         # the timestamp field per event; remembered per layout only (a log's ranks each have their own times)
         self.stamps = timestamp_fields(times, ascending=True)
-        self.slots = list(map((slots + slots).__getitem__, codes))
+        self.slots = list(map(event_slots.__getitem__, codes))
         kinds = list(map(operator.ge, codes, repeat(n)))  # True for a begin
         self.begin_at = list(compress(count(), kinds))  # event index of each begin
         self.begin_positions = list(map(operator.sub, compress(codes, kinds), repeat(n)))
