@@ -536,7 +536,7 @@ class _EventEncoder:
         and args at the positions in `own`, and its flows; and the packet head of those whose
         packet length changes (a flow that comes or goes: `resized`; or args of another length)."""
         begins = list(map(columns.begin_index.__getitem__, positions))
-        mine = [i for i in positions if i in own]
+        mine = [i for i in positions if i in own] if resized else positions  # else they are `own`
         if mine:
             names, args = process.names, process.slice_args
             # not through `begin_heads`' cache: a rank's own args are mostly its own dicts (its peers)
@@ -555,8 +555,9 @@ class _EventEncoder:
         old_sizes = list(map(len, map(pieces.__getitem__, between_at)))
         list(map(pieces.__setitem__, between_at, between))
         # the packets whose length changes: a new packet head in the piece before them
-        again = [k for k, (old, new, position) in enumerate(zip(old_sizes, map(len, between), positions))
-                 if old != new or position in resized]
+        again = list(compress(count(), map(operator.ne, old_sizes, map(len, between))))
+        if resized:
+            again = sorted(set(again).union(compress(count(), map(resized.__contains__, positions))))
         if not again:
             return
         events = list(map(events.__getitem__, again))
