@@ -106,12 +106,26 @@ def process_encoder(processes: list[Process]):
     """`encode(process)`: the packets of each of `processes` in turn (`encode_process`), as
     pieces to join (`layout_chrome.encoder_by_process`: args and layouts freed as they are done).
     A layout is shared when a later process has it too, or an earlier one encoded it."""
-    encoder = _EventEncoder()
+    encoder = kept_encoder()
 
     def encode_one(process: Process, later: int) -> list[bytes]:
         return encode_process(process, encoder, shared=later > 0 or "perfetto" in process.layout.cache)
 
     return encoder_by_process(processes, encode_one, encoder.finished)
+
+
+_KEPT: list[_EventEncoder] = []  # see `kept_encoder`
+
+
+def kept_encoder() -> _EventEncoder:
+    """This OS process's `_EventEncoder`, kept from one `process_encoder` to the next: the ranks
+    of a log are encoded one call each (`rank_timelines` prints a rank at a time), and the
+    encodings an encoder keeps (args shapes' formats, annotation pieces; bounded) serve the
+    next rank too. They hold for any process with the same content: the bytes do not depend
+    on them (see `encode_process`)."""
+    if not _KEPT:
+        _KEPT.append(_EventEncoder())
+    return _KEPT[0]
 
 
 def encode_process(process: Process, encoder: _EventEncoder | None = None, shared: bool = False) -> list[bytes]:
