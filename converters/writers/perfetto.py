@@ -36,8 +36,8 @@ wall-clock or hash order: same trace, same bytes.
 
 from __future__ import annotations
 
-import operator
 import functools
+import operator
 import re
 import struct
 from array import array
