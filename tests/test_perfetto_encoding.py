@@ -154,3 +154,26 @@ def test_timestamp_fields_of_ascending_times_are_varints_one_by_one(times):
 
 def test_timestamp_fields_beyond_uint64_as_varint_has_them():
     assert perfetto.timestamp_fields([2**64, 5]) == [b"\x40" + perfetto.varint(2**64), b"\x40\x05"]
+
+
+def test_annotations_of_many_dicts_are_each_dicts_own_whatever_was_cached():
+    """`_Annotations.many` and `column` cache pieces by value: True, 1 and 1.0 (equal keys in a
+    dict) still encode each as its own type, in any order of first use."""
+    names = {"a": 1, "b": 2, "c": 3}
+
+    def reference(args):  # protobuf's bytes
+        event = pb.TrackEvent()
+        perfetto.add_annotations(event, args, names)
+        return event.SerializeToString()
+
+    dicts = [{"a": 1, "b": "x"}, {"a": True, "b": "x"}, {"a": 1.0, "c": 7}, {"a": 1, "c": 7}, {}, {"b": "%"},
+             {"c": -3, "a": 0}, {"a": False}, {"a": 0}]
+    for order in (dicts, dicts[::-1]):
+        annotations = perfetto._Annotations(names)
+        many = annotations.many(order)
+        one_by_one = [annotations.many([args])[0] for args in order]
+        assert many == one_by_one == list(map(reference, order))
+        for key in names:
+            column = [args.get(key) for args in order]
+            assert annotations.column(key, column) == [b"" if value is None else reference({key: value})
+                                                       for value in column]

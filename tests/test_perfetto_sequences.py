@@ -87,3 +87,39 @@ def test_shared_layout_processes_whose_flows_come_go_and_change_direction(seed):
     parsed = pb.Trace()
     parsed.ParseFromString(b"".join(alone))
     assert parsed.SerializeToString() == b"".join(alone)  # what protobuf itself writes
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_shared_layout_processes_with_flows_at_the_same_begins_and_args_of_other_lengths(seed):
+    """Ranks whose flows sit at the same begins as the previous rank's (some with the same code,
+    some another) and whose own args are longer, shorter or as long: the bytes of each process
+    encoded alone."""
+    import random
+    from array import array
+
+    rng = random.Random(seed)
+    trace, timeline = shared_trace(tp=2, dp=4, pp=2, per_rank=30)
+    plan = plan_trace(trace, Options(ranks="all"), Diagnostics(), timeline)
+    at: dict[int, list[int]] = {}  # layout -> where its ranks' flows are
+    codes: dict[int, list[int]] = {}
+    for process in plan.processes:
+        n = process.slice_count
+        where = at.setdefault(id(process.layout), sorted(rng.sample(range(n), n // 3)))
+        previous = codes.get(id(process.layout), [])
+        mine = [code if code and rng.random() < 0.5 else (rng.randint(1, 1 << 40) << 2 | rng.choice((1, 2, 3)))
+                for code in previous or [0] * len(where)]
+        codes[id(process.layout)] = mine
+        process.flow_pairs, process.made_flows = array("q", [v for pair in zip(where, mine) for v in pair]), None
+        # own dicts (the same keys: the same interning): copies, and some with a value of any length
+        args = [dict(a) if rng.random() < 0.3 else a for a in process.slice_args]
+        args = [{**a, next(iter(a)): "x" * rng.randint(0, 200)} if a and rng.random() < 0.2 else a for a in args]
+        process.made_args = None
+        process.make_args = (lambda kept: lambda: kept)(args)
+    alone = [b"".join(perfetto.encode_process(process, perfetto._EventEncoder())) for process in plan.processes]
+    for process in plan.processes:
+        process.release()
+    encode = perfetto.process_encoder(plan.processes)
+    assert [b"".join(encode(process)) for process in plan.processes] == alone
+    parsed = pb.Trace()
+    parsed.ParseFromString(b"".join(alone))
+    assert parsed.SerializeToString() == b"".join(alone)

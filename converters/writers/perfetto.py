@@ -40,6 +40,7 @@ import functools
 import operator
 import re
 import struct
+from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from itertools import accumulate, chain, compress, count, repeat
@@ -57,7 +58,7 @@ from ..timeline import Timeline
 from .atomic import atomic_file
 from .forked import draw, write_processes
 from .layout_chrome import (
-    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, OWN_FIELDS, ArgsRows, ArgsShape, Layout, Plan, Process, lookup_encoded,
+    FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, OWN_FIELDS, ArgsRows, ArgsShape, Layout, Plan, Process,
     encoder_by_process, report_iteration, start_plan,
 )
 
@@ -105,12 +106,26 @@ def process_encoder(processes: list[Process]):
     """`encode(process)`: the packets of each of `processes` in turn (`encode_process`), as
     pieces to join (`layout_chrome.encoder_by_process`: args and layouts freed as they are done).
     A layout is shared when a later process has it too, or an earlier one encoded it."""
-    encoder = _EventEncoder()
+    encoder = kept_encoder()
 
     def encode_one(process: Process, later: int) -> list[bytes]:
         return encode_process(process, encoder, shared=later > 0 or "perfetto" in process.layout.cache)
 
     return encoder_by_process(processes, encode_one, encoder.finished)
+
+
+_KEPT: list[_EventEncoder] = []  # see `kept_encoder`
+
+
+def kept_encoder() -> _EventEncoder:
+    """This OS process's `_EventEncoder`, kept from one `process_encoder` to the next: the ranks
+    of a log are encoded one call each (`rank_timelines` prints a rank at a time), and the
+    encodings an encoder keeps (args shapes' formats, annotation pieces; bounded) serve the
+    next rank too. They hold for any process with the same content: the bytes do not depend
+    on them (see `encode_process`)."""
+    if not _KEPT:
+        _KEPT.append(_EventEncoder())
+    return _KEPT[0]
 
 
 def encode_process(process: Process, encoder: _EventEncoder | None = None, shared: bool = False) -> list[bytes]:
@@ -170,6 +185,8 @@ _TERMINATING_FLOW_IDS = b"\x81\x03"  # varint 385 = 48 << 3 | 1
 _FLOW_TAGS = tuple({FLOW_NONE: b"", FLOW_OUT: _FLOW_IDS, FLOW_IN: _TERMINATING_FLOW_IDS, FLOW_STEP: _FLOW_IDS}[d] for d in range(4))
 _FLOW_ID_AND_FLAGS = struct.Struct("<QBB")  # a flow id, then the sequence_flags field (2 bytes, see _FLAGS)
 _FLOW_AFTER_SIZE = len(_FLOW_IDS) + _FLOW_ID_AND_FLAGS.size  # what follows a begin's P with a flow (either tag)
+_FLOW_AFTER = struct.Struct("<%dsQBB" % len(_FLOW_IDS))  # a flow's tag, id and the sequence flags
+assert len(_FLOW_IDS) == len(_TERMINATING_FLOW_IDS) and _FLOW_AFTER.size == _FLOW_AFTER_SIZE
 PID_OFFSET = 1 << 14  # sequence id = PID_OFFSET + pid: a 3-byte varint from pid 1 ...
 MAX_PID = (1 << 21) - PID_OFFSET - 1  # ... to this one
 PID_FIELD_SIZE = 3  # bytes of `pid_bytes`
@@ -431,13 +448,12 @@ class _EventEncoder:
             parts = self.member_parts(columns, interned, process, pid, own)
             if parts is not None:
                 return parts
-            heads = columns.heads(self, interned, process.names, args)
-        elif rows is not None:
-            heads = self.row_begin_heads(interned, list(map(process.names.__getitem__, columns.begin_positions)), rows,
-                                         columns.begin_positions)
+        # the begins' heads and tails by position (as the layout has them), framed in writing order
+        if rows is not None:
+            heads = self.row_begin_heads(interned, process.names, rows)
         else:
-            heads = columns.heads(self, interned, process.names, args)
-        return _prepend(interned.packet(pid), self.frame(columns, heads, pid, self.begin_tails(columns, process)))
+            heads = self.begin_heads(interned, process.names, args)
+        return _prepend(interned.packet(pid), self.frame(columns, heads, pid, self.begin_tails(layout, process)))
 
     # -- processes drawn with a shared layout (the ranks of a stage in a scheduled trace)
     #
@@ -469,7 +485,6 @@ class _EventEncoder:
             own = columns.own_positions(process)
         self.replace_begins(columns, interned, process, set(own[0]).union(own[1]))
         columns.base = (process.names, process.slice_args)
-        columns.base_flows = process.flows
         return [pid.join(columns.pieces)]
 
     def first_pieces(self, columns: _Columns, interned: _Interned) -> None:
@@ -482,74 +497,105 @@ class _EventEncoder:
                                                                            heads, slots))))
         del slots
         head, rest = interned.pieces()
-        columns.packet_heads = list(map(self.packet_heads.__getitem__, map(
-            operator.add, map(operator.add, map(len, columns.stamps), map(len, between)), repeat(_PACKET_FIXED + len(_FLAGS)))))
-        columns.packet_heads.append(b"")
-        columns.stamps_and_tags = list(map(operator.add, columns.stamps, repeat(_SEQUENCE)))
-        columns.stamps_and_tags.append(b"")
-        columns.afters = [rest] + [_FLAGS] * n
-        columns.base_flows = {}
+        packet_heads = map(self.packet_heads.__getitem__, map(
+            operator.add, map(operator.add, map(len, columns.stamps), map(len, between)), repeat(_PACKET_FIXED + len(_FLAGS))))
+        columns.tails = list(map(operator.add, map(operator.add, packet_heads, columns.stamps), repeat(_SEQUENCE)))
+        columns.tails.append(b"")
+        columns.begin_after = [0] * n  # position -> the event after its begin
+        list(map(columns.begin_after.__setitem__, columns.begin_positions, map(operator.add, columns.begin_at, repeat(1))))
+        columns.base_flows = (array("q"), array("q"))
+        columns.flows_at = set()
         pieces: list[bytes] = [b""] * (2 * n + 2)
         pieces[0] = head
-        pieces[1::2] = list(map(b"".join, zip(columns.afters, columns.packet_heads, columns.stamps_and_tags)))
+        pieces[1::2] = list(map(operator.add, [rest] + [_FLAGS] * n, columns.tails))
         pieces[2::2] = between
         columns.pieces = pieces
 
     def replace_begins(self, columns: _Columns, interned: _Interned, process: Process, own: set[int]) -> None:
         """Make the layout's pieces this process's: replace those of the begins whose name or
         args (positions in `own`) or flow differ from the base's."""
-        flows, base_flows = process.flows, columns.base_flows
-        changed = set(flows).union(base_flows)
-        changed = list(compress(changed, map(operator.ne, map(flows.get, changed, repeat(0)),
-                                             map(base_flows.get, changed, repeat(0)))))
-        codes = list(map(flows.get, changed, repeat(0)))
-        # a flow that comes or goes changes the event's length: its packet is framed again
-        resized = compress(changed, map(operator.ne, map(operator.not_, codes),
-                                        map(operator.not_, map(base_flows.get, changed, repeat(0)))))
+        # flows as columns (positions, codes) of `process.flow_pairs`: no dict per rank
+        pairs = process.flow_pairs
+        at, codes = pairs[0::2], pairs[1::2]
+        base_at, base_codes = columns.base_flows
+        if at == base_at:
+            # the common case (ranks of a stage): flows at the same begins, about half of them
+            # other flows; none changes a packet's length
+            differ = list(map(operator.ne, codes, base_codes))
+            changed, codes = list(compress(at, differ)), list(compress(codes, differ))
+            resized = set()
+        else:
+            flows, base_flows = dict(zip(at, codes)), dict(zip(base_at, base_codes))
+            columns.flows_at = set(flows)
+            changed = set(flows).union(base_flows)
+            changed = list(compress(changed, map(operator.ne, map(flows.get, changed, repeat(0)),
+                                                 map(base_flows.get, changed, repeat(0)))))
+            codes = list(map(flows.get, changed, repeat(0)))
+            # a flow that comes or goes changes the event's length: its packet is framed again
+            resized = set(compress(changed, map(operator.ne, map(operator.not_, codes),
+                                                map(operator.not_, map(base_flows.get, changed, repeat(0))))))
+        columns.base_flows = (at, pairs[1::2])
         framed = sorted(own.union(resized))
-        if framed:
-            self.frame_again(columns, interned, process, framed, own)
-        events = list(map(columns.begin_at.__getitem__, map(columns.begin_index.__getitem__, changed)))
-        after_at = list(map(operator.add, events, repeat(1)))
-        list(map(columns.afters.__setitem__, after_at, flow_afters(codes)))
-        # the pieces before the packets framed again (their heads) and after the changed flows
-        framed_events = list(map(columns.begin_at.__getitem__, map(columns.begin_index.__getitem__, framed)))
-        around = list(dict.fromkeys(framed_events + after_at))
+        # the piece of the event after each changed begin: its flow, then that event's tail
+        after_at = list(map(columns.begin_after.__getitem__, changed))
         pieces = columns.pieces
-        list(map(pieces.__setitem__, map(operator.add, map(operator.add, around, around), repeat(1)), map(
-            b"".join, zip(map(columns.afters.__getitem__, around), map(columns.packet_heads.__getitem__, around),
-                          map(columns.stamps_and_tags.__getitem__, around)))))
+        list(map(pieces.__setitem__, map(operator.add, map(operator.add, after_at, after_at), repeat(1)),
+                 map(operator.add, flow_afters(codes), map(columns.tails.__getitem__, after_at))))
+        if framed:
+            self.frame_again(columns, interned, process, framed, own, resized)
 
     def frame_again(self, columns: _Columns, interned: _Interned, process: Process, positions: list[int],
-                    own: set[int]) -> None:
-        """The piece between the P's and the packet head of the begins at these positions, with
-        this process's name and args at the positions in `own`, and its flows."""
+                    own: set[int], resized: set[int]) -> None:
+        """The piece between the P's of the begins at these positions, with this process's name
+        and args at the positions in `own`, and its flows; and the packet head of those whose
+        packet length changes (a flow that comes or goes: `resized`; or args of another length)."""
         begins = list(map(columns.begin_index.__getitem__, positions))
-        mine = [i for i in positions if i in own]
+        mine = [i for i in positions if i in own] if resized else positions  # else they are `own`
         if mine:
             names, args = process.names, process.slice_args
-            new_heads = self.begin_heads(interned, list(map(names.__getitem__, mine)), list(map(args.__getitem__, mine)))
+            # not through `begin_heads`' cache: a rank's own args are mostly its own dicts (its peers)
+            new_heads = list(map(operator.add, interned.annotations.many(list(map(args.__getitem__, mine))),
+                                 map(interned.name_fields.__getitem__, map(names.__getitem__, mine))))
             list(map(columns.ref_heads.__setitem__, map(columns.begin_index.__getitem__, mine), new_heads))
         heads = list(map(columns.ref_heads.__getitem__, begins))
-        after_sizes = [_FLOW_AFTER_SIZE if code else len(_FLAGS) for code in map(process.flows.get, positions, repeat(0))]
+        after_sizes = [_FLOW_AFTER_SIZE if i in columns.flows_at else len(_FLAGS) for i in positions]
         events = list(map(columns.begin_at.__getitem__, begins))
         slots = list(map(self.slot_bytes.__getitem__, map(columns.begin_slots.__getitem__, begins)))
         sizes = map(operator.add, map(operator.add, map(len, heads), map(len, slots)), after_sizes)
         between = list(map(b"".join, zip(map(self.event_heads.__getitem__, map(operator.sub, sizes, repeat(
             len(_FLAGS) - PID_FIELD_SIZE))), heads, slots)))
-        list(map(columns.pieces.__setitem__, map(operator.add, map(operator.add, events, events), repeat(2)), between))
-        packet_sizes = map(operator.add, map(operator.add, map(len, map(columns.stamps.__getitem__, events)),
-                                             map(len, between)), map(operator.add, after_sizes, repeat(_PACKET_FIXED)))
-        list(map(columns.packet_heads.__setitem__, events, map(self.packet_heads.__getitem__, packet_sizes)))
+        pieces = columns.pieces
+        between_at = list(map(operator.add, map(operator.add, events, events), repeat(2)))
+        old_sizes = list(map(len, map(pieces.__getitem__, between_at)))
+        list(map(pieces.__setitem__, between_at, between))
+        # the packets whose length changes: a new packet head in the piece before them
+        again = list(compress(count(), map(operator.ne, old_sizes, map(len, between))))
+        if resized:
+            again = sorted(set(again).union(compress(count(), map(resized.__contains__, positions))))
+        if not again:
+            return
+        events = list(map(events.__getitem__, again))
+        stamps = list(map(columns.stamps.__getitem__, events))
+        packet_sizes = map(operator.add, map(operator.add, map(len, stamps), map(len, map(between.__getitem__, again))),
+                           map(operator.add, map(after_sizes.__getitem__, again), repeat(_PACKET_FIXED)))
+        tails = list(map(operator.add, map(operator.add, map(self.packet_heads.__getitem__, packet_sizes), stamps),
+                         repeat(_SEQUENCE)))
+        # the piece before each packet: what follows the previous P (kept), then the new tail
+        at = [2 * e + 1 for e in events]
+        pieces_before = list(map(pieces.__getitem__, at))
+        kept = map(len, map(columns.tails.__getitem__, events))
+        list(map(pieces.__setitem__, at, [piece[:len(piece) - old] + tail
+                                          for piece, old, tail in zip(pieces_before, kept, tails)]))
+        list(map(columns.tails.__setitem__, events, tails))
 
     def frame(self, columns: _Columns, heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
         """The pieces of every packet of a layout's events, with these begins' heads and tails
-        (in begin order, see `begin_tails`) and this P."""
+        (by position, see `begin_tails`) and this P."""
         sizes = map(operator.add, map(len, heads), map(len, tails))
         begin_rests = list(map(b"".join, zip(map(self.sequence_event_heads.__getitem__, map(operator.sub, sizes, repeat(
             len(_FLAGS)))), heads, tails)))
         rests = list(map(self.end_rests.__getitem__, columns.slots))
-        list(map(rests.__setitem__, columns.begin_at, begin_rests))
+        list(map(rests.__setitem__, columns.begin_at, map(begin_rests.__getitem__, columns.begin_positions)))
         del begin_rests
         stamps = columns.stamps
         n = len(stamps)
@@ -560,19 +606,19 @@ class _EventEncoder:
         parts[2::_PIECES_PER_PACKET] = rests
         return parts
 
-    def begin_tails(self, columns: _Columns, process: Process) -> list[bytes]:
-        """Per begin (in begin order), what follows its head: its slot's bytes, P (the track
+    def begin_tails(self, layout: Layout, process: Process) -> list[bytes]:
+        """Per begin (by position), what follows its head: its slot's bytes, P (the track
         uuid's end), any flow id and the sequence flags."""
-        tails = list(map(self.slot_tails.__getitem__, columns.begin_slots))
+        slots = layout.slots
+        tails = list(map(self.slot_tails.__getitem__, slots))
         flows = process.flows
         if flows:
-            begins = list(map(columns.begin_index.__getitem__, flows))
             codes = list(flows.values())  # none 0
             # slot bytes, P and flow tag by slot << 2 | direction; then the flow id and the flags
             heads = map(self.flow_heads.__getitem__, map(operator.or_, map(operator.lshift, map(
-                columns.begin_slots.__getitem__, begins), repeat(2)), map(operator.and_, codes, repeat(3))))
+                slots.__getitem__, flows), repeat(2)), map(operator.and_, codes, repeat(3))))
             ids = map(_FLOW_ID_AND_FLAGS.pack, map(operator.rshift, codes, repeat(2)), repeat(_FLAGS[0]), repeat(_FLAGS[1]))
-            list(map(tails.__setitem__, begins, map(operator.add, heads, ids)))
+            list(map(tails.__setitem__, flows, map(operator.add, heads, ids)))
         return tails
 
     def begin_heads(self, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
@@ -591,15 +637,15 @@ class _EventEncoder:
         interned.begins.update(zip(missing, self.new_begins(interned, [names[j] for j in new], [args[j] for j in new])))
         return list(map(interned.begins.__getitem__, keys))
 
-    def row_begin_heads(self, interned: _Interned, names: list[str], rows: ArgsRows, positions: list[int]) -> list[bytes]:
-        """`begin_heads` of the begins at these positions (in writing order), from args shapes:
-        each shape's fixed annotations encoded once, the own fields' ones per value."""
+    def row_begin_heads(self, interned: _Interned, names: list[str], rows: ArgsRows) -> list[bytes]:
+        """`begin_heads` of every position, from args shapes: each shape's fixed annotations
+        encoded once, the own fields' ones per value."""
         # the previous process's formats, if it had the same interning: ranks next to each other share shapes
         # else one of the same items: the ranks of a log have shapes of their own, most of them alike
         previous, formats, alike = interned.args.shape_formats, {}, interned.args.formats_by_items
         if len(alike) >= MAX_ANNOTATION_PIECES:
             alike.clear()
-        for shape in dict.fromkeys(map(rows.shapes.__getitem__, positions)):
+        for shape in dict.fromkeys(rows.shapes):
             text = previous.get(shape)
             if text is None:
                 items = tuple(shape.items)
@@ -615,8 +661,8 @@ class _EventEncoder:
         arg_names, annotations = interned.arg_names, interned.annotations
         values = [annotations.column(key, column) if key in arg_names else [b""] * len(column)
                   for key, column in zip(OWN_FIELDS, rows.columns)]
-        texts = list(map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values)))
-        return list(map(operator.add, map(texts.__getitem__, positions), map(interned.name_fields.__getitem__, names)))
+        texts = map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values))
+        return list(map(operator.add, texts, map(interned.name_fields.__getitem__, names)))
 
     def shape_format(self, interned: _Interned, shape: ArgsShape) -> bytes:
         """The shape's annotations with a `%b` per own field, a `%.0b` per other field, in OWN_FIELDS order."""
@@ -674,29 +720,40 @@ class _Columns:
         # sorted by (ts, slot) as one int per code, ts << slot bits | slot (also for ts < 0), then by
         # generation order: the sort is stable
         slot_bits = max(slots, default=0).bit_length()
-        keys = list(map(operator.or_, map(operator.lshift, ends + starts, repeat(slot_bits)), slots + slots))
+        event_times, event_slots = ends + starts, slots + slots  # by code
+        keys = list(map(operator.or_, map(operator.lshift, event_times, repeat(slot_bits)), event_slots))
         codes = sorted(generation_order(layout), key=keys.__getitem__)  # n + position for a begin, position for an end
         del keys
-        times = list(map((ends + starts).__getitem__, codes))
+        times = list(map(event_times.__getitem__, codes))
+        del event_times
         self.size = len(codes)
         # the timestamp field per event; remembered per layout only (a log's ranks each have their own times)
         self.stamps = timestamp_fields(times, ascending=True)
-        self.slots = list(map((slots + slots).__getitem__, codes))
+        self.slots = list(map(event_slots.__getitem__, codes))
         kinds = list(map(operator.ge, codes, repeat(n)))  # True for a begin
         self.begin_at = list(compress(count(), kinds))  # event index of each begin
         self.begin_positions = list(map(operator.sub, compress(codes, kinds), repeat(n)))
-        self.begin_slots = list(map(self.slots.__getitem__, self.begin_at))
-        self.begin_index = [0] * n  # position -> its begin's index in begin order
-        list(map(self.begin_index.__setitem__, self.begin_positions, range(n)))
         # a shared layout's framing, made from its first process (see `_EventEncoder.member_parts`)
         self.pieces: list[bytes] | None = None  # the base's
-        self.packet_heads: list[bytes] = []  # the base's, per event, then b""
-        self.afters: list[bytes] = []  # the base's, per event, what follows the P before its packet; then the last's
-        self.stamps_and_tags: list[bytes] = []  # per event, its timestamp field and the sequence id tag; then b""
-        self.base_flows: dict[int, int] = {}  # the base's flows
+        self.tails: list[bytes] = []  # the base's, per event: packet head, timestamp field, sequence id tag; then b""
+        self.begin_after: list[int] = []  # position -> the event after its begin (whose piece starts with its flow)
+        self.base_flows: tuple[array, array] = (array("q"), array("q"))  # the base's flows: positions, codes
+        self.flows_at: set[int] = set()  # the base's positions with a flow
         self.base: tuple[list, list] | None = None  # the names and args of the last process framed with `pieces`
         self.ref_heads: list[bytes] | None = None  # the base's begins' heads
         self.ref_key: tuple | None = None  # the interning tables of every process framed with `pieces`
+
+    # what a shared layout's processes need besides (`_EventEncoder.member_parts`)
+    @functools.cached_property
+    def begin_slots(self) -> list[int]:
+        return list(map(self.slots.__getitem__, self.begin_at))
+
+    @functools.cached_property
+    def begin_index(self) -> list[int]:
+        """position -> its begin's index in begin order."""
+        index = [0] * len(self.begin_positions)
+        list(map(index.__setitem__, self.begin_positions, range(len(index))))
+        return index
 
     def own_positions(self, process: Process) -> tuple[list[int], list[int]]:
         """The positions whose name, and those whose args, are not the base process's (other objects)."""
@@ -726,8 +783,9 @@ def flow_afters(codes: list[int]) -> list[bytes]:
     """Per begin, its flow (`code`: see `layout_chrome.flow_of`; 0 for none) and the sequence flags."""
     if not all(codes):
         return [_FLOW_TAGS[code & 3] + _FLOW_ID_AND_FLAGS.pack(code >> 2, *_FLAGS) if code else _FLAGS for code in codes]
-    ids = map(_FLOW_ID_AND_FLAGS.pack, map(operator.rshift, codes, repeat(2)), repeat(_FLAGS[0]), repeat(_FLAGS[1]))
-    return list(map(operator.add, map(_FLOW_TAGS.__getitem__, map(operator.and_, codes, repeat(3))), ids))
+    # the flow's tag (2 bytes either way), its id and the flags in one struct call per begin
+    return list(map(_FLOW_AFTER.pack, map(_FLOW_TAGS.__getitem__, map(operator.and_, codes, repeat(3))),
+                    map(operator.rshift, codes, repeat(2)), repeat(_FLAGS[0]), repeat(_FLAGS[1])))
 
 
 def generation_order(layout: Layout) -> list[int]:
@@ -841,6 +899,31 @@ _INT64 = (-(1 << 63), 1 << 63)
 MAX_ANNOTATION_PIECES = 1 << 16
 
 
+class _AnnotationPieces(dict):
+    """(key, value) -> its debug annotation, encoded when first asked for."""
+
+    def __init__(self, arg_names: dict[str, int]):
+        super().__init__()
+        self.arg_names = arg_names
+
+    def __missing__(self, item: tuple[str, Any]) -> bytes:
+        text = self[item] = _annotation(self.arg_names[item[0]], item[1])
+        return text
+
+
+class _FieldPieces(dict):
+    """value -> its debug annotation under one arg name (`name_iid`), encoded when first asked
+    for; b"" for None (a field the slice's args do not have)."""
+
+    def __init__(self, name_iid: int):
+        super().__init__({None: b""})
+        self.name_iid = name_iid
+
+    def __missing__(self, value: Any) -> bytes:
+        text = self[value] = _annotation(self.name_iid, value)
+        return text
+
+
 class _Annotations:
     """args -> their debug annotations, from pieces encoded once per (key, value).
 
@@ -851,31 +934,25 @@ class _Annotations:
 
     def __init__(self, arg_names: dict[str, int]):
         self.arg_names = arg_names
-        self.pieces: dict[tuple[str, Any], bytes] = {}
-        self.field_pieces: dict[str, dict[Any, bytes]] = {}  # see `column`
+        self.pieces = _AnnotationPieces(arg_names)
+        self.field_pieces: dict[str, _FieldPieces] = {}  # see `column`
 
     def __call__(self, args: dict[str, Any]) -> bytes:
         return self.many([args])[0]
 
     def many(self, dicts: list[dict[str, Any]]) -> list[bytes]:
-        """The annotations of each dict: the items of all of them looked up at once."""
+        """The annotations of each dict: its items' pieces joined, every lookup and join in C."""
         if not _PLAIN_VALUES.issuperset(map(type, chain.from_iterable(map(dict.values, dicts)))):
             return list(map(self.unplain, dicts))
         if len(self.pieces) >= MAX_ANNOTATION_PIECES:
             self.pieces.clear()
-        items = list(chain.from_iterable(map(dict.items, dicts)))
-        pieces = lookup_encoded(self.pieces, items, items, self.item_piece)
-        ends = list(accumulate(map(len, dicts)))
-        return list(map(b"".join, map(pieces.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+        return list(map(b"".join, map(map, repeat(self.pieces.__getitem__), map(dict.items, dicts))))
 
     def fixed(self, key: str, value: Any) -> bytes:
         """The piece of one (key, value), from the cache when its type names one encoding."""
         if value.__class__ not in _PLAIN_VALUES:
             return self.piece(key, value)
-        text = self.pieces.get((key, value))
-        if text is None:
-            text = self.pieces[(key, value)] = self.piece(key, value)
-        return text
+        return self.pieces[(key, value)]
 
     def column(self, key: str, values: list) -> list[bytes]:
         """The piece of (key, value) for each value; b"" for None (a field the arg does not have)."""
@@ -883,17 +960,14 @@ class _Annotations:
             return [b"" if value is None else self.piece(key, value) for value in values]
         cache = self.field_pieces.get(key)  # value -> piece: looked up without a (key, value) tuple each
         if cache is None or len(cache) >= MAX_ANNOTATION_PIECES:
-            cache = self.field_pieces[key] = {None: b""}
-        return lookup_encoded(cache, values, values, functools.partial(self.piece, key))
+            cache = self.field_pieces[key] = _FieldPieces(self.arg_names[key])
+        return list(map(cache.__getitem__, values))
 
     def unplain(self, args: dict[str, Any]) -> bytes:
         """A dict with a value of another type (bool, float): by its own items."""
         if _PLAIN_VALUES.issuperset(map(type, args.values())):
             return self.many([args])[0]
         return b"".join([self.piece(key, value) for key, value in args.items()])
-
-    def item_piece(self, item: tuple[str, Any]) -> bytes:
-        return self.piece(*item)
 
     def piece(self, key: str, value: Any) -> bytes:
         return _annotation(self.arg_names[key], value)
