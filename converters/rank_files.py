@@ -68,7 +68,7 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
                 _write_if_clean(trace, output, options, diagnostics, workers, all(facts.clean for facts in checked))
             return trace
         except Reported:
-            trace.ranks = dict(zip(trace.ranks, workers.each_rank(whole, None, "sending")))
+            trace.ranks = dict(zip(trace.ranks, workers.each_rank(per_rank.whole, None, "sending")))
     from .api import write
 
     write(trace, output, "chakra", options, diagnostics)
@@ -176,8 +176,3 @@ def from_skeleton(facts: RankFacts) -> Rank:
     ]
     facts.rows = None
     return facts.rank
-
-
-def whole(rank: Rank, _) -> Rank:
-    """The rank itself, nodes and all: `each_rank(whole, None, ...)` brings every rank here."""
-    return rank

@@ -41,17 +41,20 @@ from .diagnostics import Diagnostics, InputError
 from .model import ExecutionTrace, Rank
 from .options import Options
 from .timeline import Timeline, measured_timeline
-from .writers import chrome, perfetto
+from .writers import chrome
 from .writers.atomic import atomic_file
 from .writers.forked import copy_into
 from .writers.layout_chrome import (PlanStart, ProcessHead, _Planner, choose_ranks, one_clock, report_iteration,
                                     write_parts)
 
-# What each timeline format writes around the processes: (head, encoder of a block of processes).
-WRITERS = {
-    "chrome": (chrome.write_head, chrome.process_encoder),
-    "perfetto": (perfetto.write_head, perfetto.process_encoder),
-}
+def _writers(writer: str):
+    """What a timeline format writes around the processes: (head, encoder of a block of
+    processes). The .pftrace writer (protobuf) is imported only when asked for."""
+    if writer == "chrome":
+        return chrome.write_head, chrome.process_encoder
+    from .writers import perfetto
+
+    return perfetto.write_head, perfetto.process_encoder
 
 
 @dataclass
@@ -72,8 +75,6 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, writer
     """Read `paths` and write the timeline `output` (`writer`: "chrome" or "perfetto"); returns the
     model (each rank's shell when the workers drew it). `finish_read` is as for
     `rank_files.convert` (`api._AfterWorkersLoad`)."""
-    from .rank_files import whole
-
     with per_rank.start_workers(fmt, paths, options, streaming=True) as workers:
         finish_read.workers_started()
         with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
@@ -86,7 +87,7 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, writer
             with progress.bar(f"drawing {output} on the workers"):
                 _draw(workers, trace, facts, output, writer, options, diagnostics)
             return trace
-        trace.ranks = dict(zip(trace.ranks, workers.each_rank(whole, None, "sending")))
+        trace.ranks = dict(zip(trace.ranks, workers.each_rank(per_rank.whole, None, "sending")))
     from .api import write
 
     write(trace, output, writer, options, diagnostics)
@@ -114,7 +115,7 @@ def _start(trace: ExecutionTrace, facts: list[RankTimes], options: Options, diag
 
 def _draw(workers: per_rank.Workers, trace: ExecutionTrace, facts: list[RankTimes], output: Path, writer: str,
           options: Options, diagnostics: Diagnostics) -> None:
-    write_head, make_encoder = WRITERS[writer]
+    write_head, make_encoder = _writers(writer)
     start = _start(trace, facts, options, diagnostics)
     placing = (trace, start.shift, frozenset(start.drawn))  # every rank's shell: a world group lists them
     placed = {head.rank: (head, comm) for file_results in workers.step(_place, placing, "placing")

@@ -353,6 +353,11 @@ def _finish(fmt: PerRankFormat, options: Options, parts, joined):
     return [fmt.finish(part, joined) for part in parts], None
 
 
+def whole(rank, _):
+    """The rank itself, nodes and all: `each_rank(whole, None, ...)` brings every rank here."""
+    return rank
+
+
 def _each_rank(fmt: PerRankFormat, options: Options, kept, work_and_arg):
     work, arg, change = work_and_arg
     results = [(rank.rank, work(rank, arg)) for rank in ranks_of(fmt, options, kept)]
