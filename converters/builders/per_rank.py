@@ -23,8 +23,10 @@ use this to keep every part where it was built: only the summaries reach this pr
 later steps (`Workers.each_rank`: checks, writing a rank's file) run where the nodes are.
 
 A worker keeps the parts of its files up to a budget of input (`hold_budget`); the nodes of the
-files after that are let go after each step and built again by the next (`LetGo`), so a
-worker's memory stays flat however many files it has. A format whose records are small
+files after that are let go after each step and built again by the next, one rank at a time
+(`LetGo`, with the format's optional `split`), so a worker's memory stays flat however many
+files it has. A file of several ranks may also be shared among workers (the format's `shares`:
+`survey(path, options, name, share=(k, n))`; `units_of`). A format whose records are small
 (`small_records`: Megatron logs) keeps the records of those files and builds from them, at a
 build per step: its budget is small (`HOLD_BYTES_PER_WORKER`). Any other format reads such a
 file again at each step: its budget is a share of the worker's memory
@@ -133,7 +135,7 @@ def units_of(fmt: PerRankFormat | None, paths: list[Path], workers: int, streami
 # What one process needs to draw a log of several ranks, per byte of log (benchmark 6: 5.5 for
 # Chrome JSON, 6.2 for .pftrace). Such logs are read in one process while that fits in half the
 # memory available: faster than workers that share their ranks, which each read the whole file
-# and keep one rank's nodes at a time (benchmark 6, 98 MB: 8.0 -> 13.3 s CPU, 907 -> 493 MB for
+# and keep one rank's nodes at a time (benchmark 6, 98 MB: 8.1 -> 12.9 s CPU, 898 -> 497 MB for
 # the processes together).
 ONE_FILE_MEMORY_PER_BYTE = 6
 
@@ -171,9 +173,9 @@ def start_workers(fmt: PerRankFormat, paths: list[Path], options: Options, strea
 
 
 # The input a worker keeps the nodes of when the format's records are small (about 2.5 bytes of
-# memory per byte of a Megatron log). On the 184 MB set of 16 logs, each of 2 workers keeps 2
-# files and lets go of 6: 706 -> 478 MB for the three processes together, for 13% more CPU
-# (three more builds of 6 files).
+# memory per byte of a Megatron log). On the 184 MB set of 16 logs (benchmark 8), each of 2
+# workers keeps 2 files and lets go of 6: 743 -> 435 MB for the three processes together, for
+# 15% more CPU (three more builds of 6 files).
 HOLD_BYTES_PER_WORKER = 32 << 20
 # Otherwise (each step reads a file let go of again: a profiler trace's JSON), the share of a
 # worker's memory its kept input may take: parsing a trace holds several times its size for a
