@@ -244,11 +244,11 @@ def _convert(paths: list[Path], output: str | Path, to: str | None, fmt: str, op
 
 # Outputs the workers (--jobs, --cluster) of per-rank inputs write where the ranks are.
 WRITTEN_BY_WORKERS = ("chakra", "chrome", "perfetto")
-# Without --jobs, per-rank files of at least this many bytes in all (one file only when it is too
-# big for this process, `_big_input`) are drawn into a timeline by one worker per core: the files
-# are read in parallel and no process holds every rank (benchmark 7, 46 MB: 1.9 -> 1.8 s and
-# 217 -> 141 MB for the biggest process). A Chakra set is not: checking it across the workers
-# costs more than their reading saves.
+# Without --jobs, per-rank files of at least this many bytes in all (or one log of several ranks,
+# which they share) are drawn into a timeline by one worker per core: the files are read in
+# parallel and no process holds every rank (benchmark 7, 46 MB: 1.9 -> 1.8 s and 217 -> 141 MB
+# for the biggest process). A Chakra set is not: checking it across the workers costs more than
+# their reading saves.
 TIMELINE_WORKERS_MIN_BYTES = 32 << 20
 
 
@@ -275,17 +275,13 @@ def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Pat
 
 
 def _big_input(paths: list[Path]) -> bool:
-    """TIMELINE_WORKERS_MIN_BYTES or more of input in all, in several files; or one file too big
-    to draw in this process (`per_rank.too_big_for_one_process`): the workers then share its ranks."""
+    """TIMELINE_WORKERS_MIN_BYTES or more of input in all (one file of several ranks is then
+    shared by the workers: `per_rank.units_of`)."""
     total = 0
     for path in paths:
         with contextlib.suppress(OSError):  # the reader reports an unreadable file itself
             total += path.stat().st_size
-    if total < TIMELINE_WORKERS_MIN_BYTES or len(paths) > 1:
-        return total >= TIMELINE_WORKERS_MIN_BYTES
-    from .builders.per_rank import too_big_for_one_process
-
-    return too_big_for_one_process(paths)
+    return total >= TIMELINE_WORKERS_MIN_BYTES
 
 
 def simulate(

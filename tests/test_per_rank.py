@@ -358,7 +358,7 @@ def test_a_set_the_gate_reports_on_is_written_with_force_from_let_go_ranks_as_a_
     assert outputs(tmp_path / "there") == outputs(tmp_path / "here")
 
 
-def test_fewer_files_than_workers_are_shared_among_them_on_a_cluster_or_when_too_big(tmp_path, monkeypatch):
+def test_fewer_files_than_workers_are_shared_among_them_when_big_or_on_a_cluster(tmp_path, monkeypatch):
     from converters.builders import kineto
 
     one, two = [tmp_path / "a.log"], [tmp_path / "a.log", tmp_path / "b.log"]
@@ -366,15 +366,20 @@ def test_fewer_files_than_workers_are_shared_among_them_on_a_cluster_or_when_too
         path.write_bytes(b"x" * 1000)
     Unit, units_of = per_rank.Unit, per_rank.units_of
     shared = [Unit(one[0], (0, 2)), Unit(one[0], (1, 2))]
-    monkeypatch.setattr(per_rank, "available_memory", lambda: 1 << 30)
-    assert units_of(megatron.MEGATRON, one, 2, True) == [Unit(one[0])]  # it fits here: read once, faster
+    assert units_of(megatron.MEGATRON, one, 2, True) == [Unit(one[0])]  # small: read once, as fast
     assert units_of(megatron.MEGATRON, one, 2, True, cluster=True) == shared
-    monkeypatch.setattr(per_rank, "available_memory", lambda: 11_000)  # less than twice 6 x 1000 bytes
+    monkeypatch.setattr(per_rank, "SHARED_FILES_MIN_BYTES", 1000)
     assert units_of(megatron.MEGATRON, one, 2, True) == shared
     assert units_of(megatron.MEGATRON, one, 2, False) == [Unit(one[0])]  # the parts come here anyway
     assert units_of(megatron.MEGATRON, two, 2, True) == [Unit(two[0]), Unit(two[1])]
     assert units_of(megatron.MEGATRON, two, 5, True) == [Unit(p, (k, 2)) for p in two for k in (0, 1)]
     assert units_of(kineto.KINETO, one, 2, True) == [Unit(one[0])]  # a profiler trace is one rank
     assert units_of(megatron.MEGATRON, one, 1, True) == [Unit(one[0])]
-    # a share of a file is built a rank at a time: letting go of it alone still saves memory
-    assert per_rank.files_to_hold([10, 10, 10], 20, [None, None, (0, 2)]) == [True, True, False]
+    # a share let go of alone (built a rank at a time) saves memory: only when memory is short
+    assert per_rank.files_to_hold([10, 10, 10], 20, [False, False, True]) == [True, True, False]
+    assert per_rank.files_to_hold([10, 10, 10], 20, [False, False, False]) == [True, True, True]
+    monkeypatch.setattr(per_rank, "available_memory", lambda: 1 << 30)
+    assert per_rank.let_go_alone(shared, one) == [False, False]
+    monkeypatch.setattr(per_rank, "available_memory", lambda: 11_000)  # less than twice 6 x 1000 bytes
+    assert per_rank.let_go_alone(shared, one) == [True, True]
+    assert per_rank.let_go_alone([Unit(one[0])], one) == [False]

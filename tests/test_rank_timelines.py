@@ -142,14 +142,21 @@ def one_log(tmp_path: Path, **options) -> list[Path]:
     return write_run(tmp_path / "one", stages=4, tp=2, microbatches=4, one_file=True, **options)
 
 
+def shared_by_workers(monkeypatch) -> None:
+    """The test's small log as one big enough for --jobs workers to share it."""
+    from converters.builders import per_rank
+
+    monkeypatch.setattr(per_rank, "SHARED_FILES_MIN_BYTES", 0)
+
+
 def short_of_memory(monkeypatch) -> None:
-    """This machine as one too small to draw the test's log in one process: --jobs workers share it."""
+    """This machine as one too small to draw the test's log in one process."""
     from converters.builders import per_rank
 
     monkeypatch.setattr(per_rank, "available_memory", lambda: 1 << 10)
 
 
-def test_a_log_too_big_for_one_process_is_shared_by_the_workers_with_the_local_bytes(tmp_path, monkeypatch):
+def test_a_big_log_is_shared_by_the_workers_with_the_local_bytes(tmp_path, monkeypatch):
     # each worker reads the whole log and builds the ranks r with r % 2 == its share; the log's
     # own warning (its last line cut off) is said once, a rank's (an odd dtype on rank 3) by its builder
     edit = replace_in_op(3, "recv_forward", 1, "torch.float32", "torch.weird")
@@ -157,7 +164,7 @@ def test_a_log_too_big_for_one_process_is_shared_by_the_workers_with_the_local_b
     here, there = Diagnostics(), Diagnostics()
     for output in TIMELINES:
         etc.convert(paths, tmp_path / "here" / output, diagnostics=here, jobs=2)
-    short_of_memory(monkeypatch)
+    shared_by_workers(monkeypatch)
     for output in TIMELINES:
         trace = etc.convert(paths, tmp_path / "there" / output, diagnostics=there, jobs=2)
         assert sorted(trace.ranks) == list(range(8)) and not any(rank.nodes for rank in trace.ranks.values())
@@ -184,8 +191,9 @@ def test_shared_ranks_let_go_of_are_built_one_at_a_time_with_the_local_bytes(tmp
     paths = one_log(tmp_path)
     for name, to in (("t.json", {}), ("set/w", {"to": "chakra"})):
         etc.convert(paths, tmp_path / "here" / name, **to, diagnostics=Diagnostics(), jobs=1)
-    short_of_memory(monkeypatch)
-    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 0)  # every share let go: its ranks built one by one
+    shared_by_workers(monkeypatch)
+    short_of_memory(monkeypatch)  # a worker's only share let go: its ranks built one by one
+    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 0)
     with per_rank.start_workers(megatron.MEGATRON, paths, Options(jobs=2), streaming=True) as workers:
         workers.keep_parts(Diagnostics())
         assert workers.step(_pieces_kept, None, "probing") == [[[0], [2], [4], [6]], [[1], [3], [5], [7]]]
@@ -215,7 +223,7 @@ def test_a_shared_log_reports_the_first_bad_line_of_the_file_as_one_process_does
     paths = one_log(tmp_path, edit=stage_moves)
     with pytest.raises(InputError) as here:
         etc.convert(paths, tmp_path / "here.json", diagnostics=Diagnostics(), jobs=1)
-    short_of_memory(monkeypatch)
+    shared_by_workers(monkeypatch)
     with pytest.raises(InputError) as there:
         etc.convert(paths, tmp_path / "there.json", diagnostics=Diagnostics(), jobs=2)
     assert "logs stage_id 1 here but stage_id 0" in str(here.value)
@@ -223,16 +231,26 @@ def test_a_shared_log_reports_the_first_bad_line_of_the_file_as_one_process_does
     assert not (tmp_path / "there.json").exists()
 
 
-def test_one_big_log_is_drawn_by_workers_only_when_this_process_could_not_hold_it(tmp_path, monkeypatch):
+def test_one_big_log_is_shared_by_default_and_let_go_of_only_when_memory_is_short(tmp_path, monkeypatch):
     from converters import api
     from converters.builders import per_rank
 
     paths = one_log(tmp_path)
-    monkeypatch.setattr(api, "TIMELINE_WORKERS_MIN_BYTES", paths[0].stat().st_size)
-    monkeypatch.setattr(per_rank, "available_memory", lambda: 64 << 30)
     here = etc.convert(paths, tmp_path / "here.json", diagnostics=Diagnostics())
-    monkeypatch.setattr(per_rank, "available_memory", lambda: 1 << 10)  # 1 KB: too little for 6 x the log
+    monkeypatch.setattr(api, "TIMELINE_WORKERS_MIN_BYTES", paths[0].stat().st_size)
+    monkeypatch.setattr(per_rank, "SHARED_FILES_MIN_BYTES", paths[0].stat().st_size)
     there = etc.convert(paths, tmp_path / "there.json", diagnostics=Diagnostics())
-    assert all(rank.nodes for rank in here.ranks.values())
-    assert not any(rank.nodes for rank in there.ranks.values())
+    assert all(rank.nodes for rank in here.ranks.values())  # small: read and drawn here
+    assert not any(rank.nodes for rank in there.ranks.values())  # big: shared by the workers
     assert (tmp_path / "there.json").read_bytes() == (tmp_path / "here.json").read_bytes()
+    # each worker's only share is kept, unless drawing the log here would not fit the memory
+    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 0)
+    for memory, kept in ((64 << 30, "list"), (1 << 10, "LetGo")):
+        monkeypatch.setattr(per_rank, "available_memory", lambda: memory)
+        with per_rank.start_workers(megatron.MEGATRON, paths, Options(jobs=2), streaming=True) as workers:
+            workers.keep_parts(Diagnostics())
+            assert workers.step(_kept_as, None, "probing") == [kept, kept]
+
+
+def _kept_as(fmt, options, kept, _):
+    return kept, type(kept).__name__

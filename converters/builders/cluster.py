@@ -47,7 +47,7 @@ class DaskWorkers(per_rank.Workers):
         memory = min((worker.get("memory_limit") or 0 for worker in workers), default=0)  # 0: no limit known
         budget = per_rank.hold_budget(self.fmt, memory)
         return per_rank.files_to_hold([per_rank.unit_bytes(unit) for unit in units], budget * max(1, len(workers)),
-                                      [unit.share for unit in units])
+                                      per_rank.let_go_alone(units, list(dict.fromkeys(self.paths))))
 
     def surveys(self) -> list:
         small = self.client.map(per_rank.without_records, self.state, pure=False)

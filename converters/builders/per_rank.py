@@ -123,32 +123,38 @@ def units_of(fmt: PerRankFormat | None, paths: list[Path], workers: int, streami
              cluster: bool = False) -> list[Unit]:
     """The files, each shared among several of the `workers` when there are fewer files than
     workers, the parts stay with the workers (`streaming`: their ranks need not meet here), and
-    they run on a cluster or the files are too big for one process (`too_big_for_one_process`).
-    Sharing costs CPU (each worker reads the whole file), so a file that fits is read here."""
+    the files are big (`SHARED_FILES_MIN_BYTES`) or on a cluster."""
     shareable = streaming and fmt is not None and fmt.shares and paths and len(paths) < workers
-    if not shareable or not (cluster or too_big_for_one_process(paths)):
+    if not shareable or not (cluster or _bytes_of(paths) >= SHARED_FILES_MIN_BYTES):
         return [Unit(path) for path in paths]
     shares = workers // len(paths)
     return [Unit(path, (k, shares)) for path in paths for k in range(shares)]
 
 
+# Files of several ranks (one concatenated log) at least this big in all are shared among the
+# workers: each reads the whole file (more CPU) but builds only its share of the ranks (benchmark
+# 6, 98 MB on 2 workers, against one process reading and 2 forked writers drawing: the same
+# 6.8 s, 8.1 -> 10.0 s CPU, 895 -> 674 MB for the processes together, 515 -> 325 MB the largest).
+SHARED_FILES_MIN_BYTES = 32 << 20
 # What one process needs to draw a log of several ranks, per byte of log (benchmark 6: 5.5 for
-# Chrome JSON, 6.2 for .pftrace). Such logs are read in one process while that fits in half the
-# memory available: faster than workers that share their ranks, which each read the whole file
-# and keep one rank's nodes at a time (benchmark 6, 98 MB: 8.1 -> 12.9 s CPU, 898 -> 497 MB for
-# the processes together).
+# Chrome JSON, 6.2 for .pftrace): the measure of `too_big_for_one_process`.
 ONE_FILE_MEMORY_PER_BYTE = 6
 
 
-def too_big_for_one_process(paths: list[Path]) -> bool:
-    """Whether drawing `paths` in one process would take more than half the memory available
-    (False when that is not known)."""
+def _bytes_of(paths: list[Path]) -> int:
     total = 0
     for path in paths:
         with contextlib.suppress(OSError):  # the reader reports an unreadable file itself
             total += path.stat().st_size
+    return total
+
+
+def too_big_for_one_process(paths: list[Path]) -> bool:
+    """Whether drawing `paths` in one process would take more than half the memory available
+    (False when that is not known): the workers then let go of a share of a file even when it is
+    their only one, for a flat memory (benchmark 6: 674 -> 490 MB together, 10.0 -> 12.9 s CPU)."""
     memory = available_memory()
-    return 0 < memory < 2 * total * ONE_FILE_MEMORY_PER_BYTE
+    return 0 < memory < 2 * _bytes_of(paths) * ONE_FILE_MEMORY_PER_BYTE
 
 
 def reading_jobs(options: Options) -> int:
@@ -200,19 +206,26 @@ def available_memory() -> int:
     return 0
 
 
-def files_to_hold(sizes: list[int], budget: int, shares: list | None = None) -> list[bool]:
+def files_to_hold(sizes: list[int], budget: int, alone: list[bool] | None = None) -> list[bool]:
     """Which of one worker's files (their sizes in bytes, in the order it reads them) it keeps:
-    the first ones while they fit in `budget`, and all of them when only one would be let go
-    that is a whole file (a file of one rank is built at once: that holds as much as keeping
-    it; a share of a file's ranks, `shares`, is built a rank at a time)."""
+    the first ones while they fit in `budget`, and all of them when only one would be let go,
+    unless letting go of that one alone is worth it (`alone`: a share of a file's ranks, built a
+    rank at a time, when memory is short). A file let go of alone is otherwise built as a whole
+    at each step: that holds as much as keeping it, for more CPU."""
     held, hold = 0, []
     for size in sizes:
         held += size
         hold.append(held <= budget)
     let_go = [i for i, kept in enumerate(hold) if not kept]
-    if len(let_go) == 1 and (shares is None or shares[let_go[0]] is None):
+    if len(let_go) == 1 and not (alone and alone[let_go[0]]):
         return [True] * len(sizes)
     return hold
+
+
+def let_go_alone(units: list[Unit], paths: list[Path]) -> list[bool]:
+    """For `files_to_hold`: the shares of files, when memory is short (`too_big_for_one_process`)."""
+    short = any(unit.share for unit in units) and too_big_for_one_process(paths)
+    return [short and unit.share is not None for unit in units]
 
 
 def unit_bytes(unit: Unit) -> int:
@@ -377,10 +390,11 @@ class ProcessWorkers(Workers):
         context = multiprocessing.get_context("fork")
         self.links, self.processes = [], []
         budget = hold_budget(fmt, available_memory() // jobs)
+        alone = let_go_alone(units, list(dict.fromkeys(self.paths)))
         for k in range(jobs):
             mine, theirs = context.Pipe()
             indices = range(k, len(units), jobs)
-            hold = (files_to_hold([unit_bytes(units[i]) for i in indices], budget, [units[i].share for i in indices])
+            hold = (files_to_hold([unit_bytes(units[i]) for i in indices], budget, [alone[i] for i in indices])
                     if streaming else [True] * len(indices))
             files = [(i, units[i], keep) for i, keep in zip(indices, hold)]
             process = context.Process(target=_worker, args=(fmt, options, files, theirs), daemon=True)
