@@ -6,6 +6,7 @@ form works beside the subcommands because an unknown first word means "convert".
 
 # No `from __future__ import annotations`: typer reads every command's parameters from their
 # annotations, and evaluating them from strings took 6 ms of each run.
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -148,10 +149,12 @@ def _run(action, debug: bool, quiet: bool, verbose: bool) -> int:
         print(f"et-convert: error: {e}", file=sys.stderr)
         return 2
     except InterruptedAfterWriting as e:
+        _ignore_interrupts()
         print(f"et-convert: interrupted once {e.written} was written (its files were being moved into place)",
               file=sys.stderr)
         return 130
     except KeyboardInterrupt:
+        _ignore_interrupts()
         print("et-convert: interrupted; earlier output left as it was", file=sys.stderr)
         return 130
     except MemoryError:
@@ -415,8 +418,25 @@ def report_command(
     raise typer.Exit(_run(action, debug, quiet, verbose))
 
 
+def _ignore_interrupts() -> None:
+    """Once interrupted, the run only says so and exits with 130: a Ctrl-C still pending (Python
+    runs a signal's handler at its next step, and `signal.signal` runs pending ones first) or
+    coming now must not end it by SIGINT after the message (seen under load in
+    tests/test_writes.py, with forked writers stopping)."""
+    for _ in range(3):
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
 def run() -> None:
-    app(prog_name="et-convert")
+    try:
+        app(prog_name="et-convert")
+    except KeyboardInterrupt:  # one that came after the command's own handler, while exiting
+        _ignore_interrupts()
+        sys.exit(130)
 
 
 if __name__ == "__main__":

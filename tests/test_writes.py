@@ -190,6 +190,30 @@ def test_ctrl_c_mid_write_leaves_the_earlier_set_and_no_temporary(old_set, tmp_p
     assert snapshot(target) == before
 
 
+_SECOND_CTRL_C = """
+import builtins, signal, sys
+from converters import api, cli
+
+def interrupted(*args, **kwargs):
+    raise KeyboardInterrupt
+
+def print_and_press_again(*args, **kwargs):  # Ctrl-C again while the first one is being reported
+    signal.raise_signal(signal.SIGINT)
+    builtins.print(*args, **kwargs)
+
+api.convert = interrupted
+cli.print = print_and_press_again
+sys.argv = ["et-convert", *sys.argv[1:]]
+cli.run()
+"""
+
+
+def test_a_second_ctrl_c_while_the_first_is_reported_changes_nothing(tmp_path):
+    done = subprocess.run([sys.executable, "-c", _SECOND_CTRL_C, str(SAMPLES / "chakra_data"), "-o", str(tmp_path / "t.json")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert (done.returncode, done.stderr) == (130, "et-convert: interrupted; earlier output left as it was\n")
+
+
 def test_kill_mid_write_leaves_the_earlier_set_and_the_next_run_cleans_up(old_set, tmp_path):
     target = tmp_path / "out"
     before = snapshot(old_set)
