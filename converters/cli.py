@@ -149,12 +149,12 @@ def _run(action, debug: bool, quiet: bool, verbose: bool) -> int:
         print(f"et-convert: error: {e}", file=sys.stderr)
         return 2
     except InterruptedAfterWriting as e:
-        _ignore_interrupts()
+        _exiting_on_interrupt()
         print(f"et-convert: interrupted once {e.written} was written (its files were being moved into place)",
               file=sys.stderr)
         return 130
     except KeyboardInterrupt:
-        _ignore_interrupts()
+        _exiting_on_interrupt()
         print("et-convert: interrupted; earlier output left as it was", file=sys.stderr)
         return 130
     except MemoryError:
@@ -418,11 +418,17 @@ def report_command(
     raise typer.Exit(_run(action, debug, quiet, verbose))
 
 
-def _ignore_interrupts() -> None:
-    """Once interrupted, the run only says so and exits with 130: a Ctrl-C still pending (Python
-    runs a signal's handler at its next step, and `signal.signal` runs pending ones first) or
-    coming now must not end it by SIGINT after the message (seen under load in
-    tests/test_writes.py, with forked writers stopping)."""
+_AS_PROGRAM = False  # set by `run`: this process is the et-convert command, not a caller of `app`
+
+
+def _exiting_on_interrupt() -> None:
+    """Once interrupted, the program only says so and exits with 130: a Ctrl-C still pending
+    (Python runs a signal's handler at its next step, and `signal.signal` runs pending ones
+    first) or coming now must not end it by SIGINT after the message (seen under load in
+    tests/test_writes.py, with forked writers stopping). A process that calls `app` itself keeps
+    its own handler."""
+    if not _AS_PROGRAM:
+        return
     for _ in range(3):
         try:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -432,10 +438,12 @@ def _ignore_interrupts() -> None:
 
 
 def run() -> None:
+    global _AS_PROGRAM
+    _AS_PROGRAM = True
     try:
         app(prog_name="et-convert")
     except KeyboardInterrupt:  # one that came after the command's own handler, while exiting
-        _ignore_interrupts()
+        _exiting_on_interrupt()
         sys.exit(130)
 
 
