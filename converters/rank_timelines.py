@@ -47,14 +47,14 @@ from .writers.forked import copy_into
 from .writers.layout_chrome import (PlanStart, ProcessHead, _Planner, choose_ranks, one_clock, report_iteration,
                                     write_parts)
 
-def _writers(writer: str):
-    """What a timeline format writes around the processes: (head, encoder of a block of
-    processes). The .pftrace writer (protobuf) is imported only when asked for."""
+def _writer(writer: str):
+    """The timeline format's writer module (`write_head`, `process_encoder`, `new_encoder`); the
+    .pftrace writer (protobuf) is imported only when asked for."""
     if writer == "chrome":
-        return chrome.write_head, chrome.process_encoder
+        return chrome
     from .writers import perfetto
 
-    return perfetto.write_head, perfetto.process_encoder
+    return perfetto
 
 
 @dataclass
@@ -115,7 +115,7 @@ def _start(trace: ExecutionTrace, facts: list[RankTimes], options: Options, diag
 
 def _draw(workers: per_rank.Workers, trace: ExecutionTrace, facts: list[RankTimes], output: Path, writer: str,
           options: Options, diagnostics: Diagnostics) -> None:
-    write_head, make_encoder = _writers(writer)
+    module = _writer(writer)
     start = _start(trace, facts, options, diagnostics)
     placing = (trace, start.shift, frozenset(start.drawn))  # every rank's shell: a world group lists them
     placed = {head.rank: (head, comm) for file_results in workers.step(_place, placing, "placing")
@@ -125,10 +125,12 @@ def _draw(workers: per_rank.Workers, trace: ExecutionTrace, facts: list[RankTime
     flows = {head.pid: start.planner.flows_of_pid[head.pid] for head in heads}
     start.planner.forget_comm()
     with _opened(output, writer) as out:  # (it makes the output's folder)
-        write_head(plan, out)
+        module.write_head(plan, out)
         parts = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
         try:
-            workers.step(_print, (flows, str(parts.resolve()), make_encoder, str(output)), "printing")
+            # one encoder per worker, kept across its ranks (the step's argument is one object on a worker)
+            printing = (flows, str(parts.resolve()), module.process_encoder, module.new_encoder(), str(output))
+            workers.step(_print, printing, "printing")
             for head in heads:  # in drawn order, as one process prints them
                 part = parts / f"{head.pid}.part"
                 with open(part, "rb") as source:
@@ -157,14 +159,21 @@ def _place(fmt: per_rank.PerRankFormat, options: Options, kept, placing) -> tupl
     """Place this file's drawn ranks; their heads and comm slices go back, the ranks stay here
     (or are let go, `per_rank.LetGo`)."""
     placed, drawn = [], []
+    for rank, place in _drawn(fmt, options, kept, placing):
+        comms = []
+        process = place(rank, comms)
+        placed.append((ProcessHead.of(process), comms[0]))
+        drawn.append(rank)
+    return (kept if isinstance(kept, per_rank.LetGo) else drawn, placing), placed
+
+
+def _drawn(fmt: per_rank.PerRankFormat, options: Options, kept, placing):
+    """Each of this file's drawn ranks with its `place` (`_placer`), built again a rank at a time
+    when the file was let go of (`per_rank.rank_batches`)."""
     for ranks in per_rank.rank_batches(fmt, options, kept):
         mine, place = _placer(ranks, placing)
         for rank in mine:
-            comms = []
-            process = place(rank, comms)
-            placed.append((ProcessHead.of(process), comms[0]))
-        drawn += mine
-    return (kept if isinstance(kept, per_rank.LetGo) else drawn, placing), placed
+            yield rank, place
 
 
 def _placer(ranks: list[Rank], placing):
@@ -191,23 +200,17 @@ def _placer(ranks: list[Rank], placing):
 
 def _print(fmt: per_rank.PerRankFormat, options: Options, kept: tuple, printing) -> tuple[None, None]:
     """Place each of this file's drawn ranks again and print its process into its part file
-    (named by its pid)."""
+    (named by its pid), with the worker's one encoder (`printing`)."""
     kept, placing = kept
-    flows, folder, make_encoder, output = printing
-    for ranks in per_rank.rank_batches(fmt, options, kept):
-        mine, place = _placer(ranks, placing)
-        for rank in mine:
-            _print_process(place(rank, []), flows, Path(folder), make_encoder, output)
+    flows, folder, process_encoder, encoder, output = printing
+    for rank, place in _drawn(fmt, options, kept, placing):
+        process = place(rank, [])
+        process.flow_pairs = flows[process.pid]
+        try:
+            with open(Path(folder) / f"{process.pid}.part", "wb", buffering=1 << 20) as out:
+                write_parts(out, process_encoder([process], encoder)(process))
+        except OSError as e:  # a worker elsewhere may not see the output folder
+            raise InputError(output, f"cannot write rank {process.rank}'s part of the timeline on a worker: "
+                                     f"{e.strerror or e} (the output folder must be writable by every worker "
+                                     "under this path)") from None
     return None, None
-
-
-def _print_process(process, flows: dict, folder: Path, make_encoder, output: str) -> None:
-    """Print one placed process into its part file (named by its pid)."""
-    process.flow_pairs = flows[process.pid]
-    try:
-        with open(folder / f"{process.pid}.part", "wb", buffering=1 << 20) as out:
-            write_parts(out, make_encoder([process])(process))
-    except OSError as e:  # a worker elsewhere may not see the output folder
-        raise InputError(output, f"cannot write rank {process.rank}'s part of the timeline on a worker: "
-                                 f"{e.strerror or e} (the output folder must be writable by every worker "
-                                 "under this path)") from None

@@ -111,8 +111,8 @@ def _kill_in_worker(parent: int, how, writer=chrome):
     """A `writer.process_encoder` whose workers (not this process) fail with `how()`."""
     real = writer.process_encoder
 
-    def make(processes):
-        encode = real(processes)
+    def make(processes, encoder=None):
+        encode = real(processes, encoder)
 
         def failing(process):
             if os.getpid() != parent:
@@ -182,8 +182,8 @@ from pathlib import Path
 from converters import cli
 from converters.writers import chrome
 real, parent, how = chrome.process_encoder, os.getpid(), sys.argv.pop(1)
-def make(processes):
-    encode = real(processes)
+def make(processes, encoder=None):
+    encode = real(processes, encoder)
     def failing(process):
         if os.getpid() != parent:
             if how == "kill":

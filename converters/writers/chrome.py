@@ -110,11 +110,18 @@ def write_tail(plan: Plan, out: BinaryIO) -> None:
     out.write(b"}\n")
 
 
-def process_encoder(processes: list[Process]):
+def process_encoder(processes: list[Process], encoder: _SliceEncoder | None = None):
     """`encode(process)`: the X events of each of `processes` in turn, as pieces to join
-    (`layout_chrome.encoder_by_process`: args and layouts freed as they are done)."""
-    encoder = _SliceEncoder()
+    (`layout_chrome.encoder_by_process`: args and layouts freed as they are done). `encoder`:
+    one kept from earlier calls (`new_encoder`), whose texts serve these processes too; the
+    bytes do not depend on it."""
+    encoder = encoder or _SliceEncoder()
     return encoder_by_process(processes, lambda process, _: encoder.process_parts(process), encoder.finished)
+
+
+def new_encoder() -> "_SliceEncoder":
+    """An encoder for `process_encoder` to keep from call to call."""
+    return _SliceEncoder()
 
 
 _SLICE_COUNT = operator.attrgetter("slice_count")

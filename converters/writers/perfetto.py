@@ -102,11 +102,13 @@ def write_head(plan: Plan, out: BinaryIO) -> None:
     out.write(builder.serialize())
 
 
-def process_encoder(processes: list[Process]):
+def process_encoder(processes: list[Process], encoder: _EventEncoder | None = None):
     """`encode(process)`: the packets of each of `processes` in turn (`encode_process`), as
     pieces to join (`layout_chrome.encoder_by_process`: args and layouts freed as they are done).
-    A layout is shared when a later process has it too, or an earlier one encoded it."""
-    encoder = kept_encoder()
+    A layout is shared when a later process has it too, or an earlier one encoded it. `encoder`:
+    one kept from earlier calls (`new_encoder`), whose encodings serve these processes too (a
+    worker that prints its ranks one call each, `rank_timelines`); the bytes do not depend on it."""
+    encoder = encoder or _EventEncoder()
 
     def encode_one(process: Process, later: int) -> list[bytes]:
         return encode_process(process, encoder, shared=later > 0 or "perfetto" in process.layout.cache)
@@ -114,18 +116,9 @@ def process_encoder(processes: list[Process]):
     return encoder_by_process(processes, encode_one, encoder.finished)
 
 
-_KEPT: list[_EventEncoder] = []  # see `kept_encoder`
-
-
-def kept_encoder() -> _EventEncoder:
-    """This OS process's `_EventEncoder`, kept from one `process_encoder` to the next: the ranks
-    of a log are encoded one call each (`rank_timelines` prints a rank at a time), and the
-    encodings an encoder keeps (args shapes' formats, annotation pieces; bounded) serve the
-    next rank too. They hold for any process with the same content: the bytes do not depend
-    on them (see `encode_process`)."""
-    if not _KEPT:
-        _KEPT.append(_EventEncoder())
-    return _KEPT[0]
+def new_encoder() -> _EventEncoder:
+    """An encoder for `process_encoder` to keep from call to call."""
+    return _EventEncoder()
 
 
 def encode_process(process: Process, encoder: _EventEncoder | None = None, shared: bool = False) -> list[bytes]:
