@@ -278,8 +278,8 @@ def rank_batches(fmt: PerRankFormat, options: Options, kept) -> Iterator[list]:
 def surveyed(fmt: PerRankFormat, unit: Unit, options: Options, name: str, hold: bool):
     """A worker's first state of a file (or of its share): its survey (records kept), or a
     LetGo of it."""
-    survey = fmt.survey(unit.path, options, name) if unit.share is None else fmt.survey(unit.path, options, name,
-                                                                                          unit.share)
+    share = () if unit.share is None else (unit.share,)  # (only formats that share files take it)
+    survey = fmt.survey(unit.path, options, name, *share)
     return survey if hold else LetGo(fmt, survey)
 
 
