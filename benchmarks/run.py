@@ -245,12 +245,20 @@ def measure_client_and_workers(*args) -> dict:
     (benchmarks/client_and_workers.py)."""
     os.sync()
     began = time.perf_counter()
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "client_and_workers.py"), *map(str, args)],
+    found = _reported("client_and_workers.py", *args)
+    return {"seconds": time.perf_counter() - began, **found}
+
+
+def _reported(script: str, *args) -> dict:
+    """What a measuring script of benchmarks/ prints as its last line on stderr (JSON), run with
+    `args`; stops the benchmark if the command failed."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *map(str, args)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seconds = time.perf_counter() - began
-    if done.returncode != 0:
-        raise SystemExit(f"benchmark command failed: et-convert {' '.join(map(str, args))}\n{done.stderr}")
-    return {"seconds": seconds, **json.loads(done.stderr.strip().splitlines()[-1])}
+    lines = done.stderr.strip().splitlines()
+    found = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    if done.returncode != 0 or found.get("code", 0) != 0:
+        raise SystemExit(f"benchmark command failed: {' '.join(map(str, args))}\n{done.stderr}")
+    return found
 
 
 def bench_long_set(work: Path, runs: int) -> None:
@@ -280,12 +288,7 @@ def bench_long_set(work: Path, runs: int) -> None:
 def tree_memory(*command) -> dict:
     """benchmarks/tree_memory.py's figures for `command`."""
     os.sync()
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tree_memory.py"), *map(str, command)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    found = json.loads(done.stderr.strip().splitlines()[-1])
-    if found["code"] != 0:
-        raise SystemExit(f"benchmark command failed: {' '.join(map(str, command))}\n{done.stderr}")
-    return found
+    return _reported("tree_memory.py", *command)
 
 
 BENCHES = {1: bench_reference, 2: bench_simai_chakra, 3: bench_chrome, 4: bench_validate_and_schedule, 5: bench_growth,
