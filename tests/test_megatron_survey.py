@@ -1,7 +1,7 @@
 """The Megatron survey's shortcuts (a step's sub-operations judged by their earliest and latest
 stamp and longest duration, counted one by one only when those bounds reach outside the step)
 give what counting every sub-operation gives: the file's reading, its reason, each rank's
-earliest start."""
+earliest start. A file surveyed in shares (workers sharing one log) is the file surveyed whole."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ KIND = SubOpKind((4, 8), "torch.float32", "tp", "allreduce", "linear_fwd", "allr
 
 
 def counted_reading(records: list[OpRecord]) -> tuple[str, str]:
-    """subop_reading as it was: every sub-operation of every step counted under both readings
+    """The file's reading as it was first counted: every sub-operation of every step counted under both readings
     (the verdict from the counts is the builder's own)."""
     total = as_end = as_start = 0
     for record in records:
@@ -57,12 +57,14 @@ def steps(draw):
     records = []
     for line in range(draw(st.integers(1, 8))):
         start, duration = draw(TIMES), draw(st.integers(0, 100_000))
+        stage = draw(st.sampled_from((0, 0, 1)))  # a rank's stage may change: the file's problem
+        description = draw(st.sampled_from((None, None, "simulation")))
         subs = draw(st.lists(st.tuples(st.integers(start - 30_000, start + duration + 30_000), st.integers(0, 40_000)),
                              max_size=6))
         sub_ops = SubOps((KIND,) * len(subs), array("q", [d for _, d in subs]), array("q", [s for s, _ in subs])) \
             if subs else NO_SUB_OPS
-        records.append(OpRecord(line % 2, "forward_step", 0, line, None, duration, start + duration, None, None, None,
-                                None, sub_ops, "r.log", line + 1))
+        records.append(OpRecord(line % 3, "forward_step", stage, line, None, duration, start + duration, description,
+                                None, None, None, sub_ops, "r.log", line + 1))
     return records
 
 
@@ -72,7 +74,27 @@ def test_the_survey_counts_as_every_sub_operation_counted(records):
     survey = megatron.survey_records("r.log", "r.log", records, Diagnostics())
     assert survey.reading == counted_reading(records)
     earliest = counted_earliest(records, survey.reading[0])
-    assert {rank: rank_survey.earliest_ns for rank, rank_survey in survey.ranks.items()} == earliest
+    assert {rank: rank_survey.earliest_ns(survey.reading[0]) for rank, rank_survey in survey.ranks.items()} == earliest
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps(), st.integers(1, 3))
+def test_a_file_surveyed_in_shares_is_the_file_surveyed_whole(records, n):
+    # each of n workers surveys the ranks r with r % n == k; the plan makes them one
+    whole = megatron.survey_records("r.log", "r.log", records, Diagnostics())
+    shares = []
+    for k in range(n):
+        share = megatron.survey_records("r.log", "r.log", [r for r in records if r.rank % n == k], Diagnostics())
+        share.share = (k, n)
+        shares.append(share)
+    [joined] = megatron.whole_files(shares)
+    assert joined.counts == whole.counts and joined.reading == whole.reading
+    assert list(joined.ranks) == list(whole.ranks)  # in the order of their first lines
+    for reading in ("end", "start"):
+        assert ({r: rank.earliest_ns(reading) for r, rank in joined.ranks.items()}
+                == {r: rank.earliest_ns(reading) for r, rank in whole.ranks.items()})
+    assert joined.simulation == whole.simulation
+    assert str(joined.problem) == str(whole.problem)
 
 
 # ---------------------------------------------------------------- the sub-operations' shared empty ctrl_deps

@@ -231,6 +231,50 @@ def test_a_shared_log_reports_the_first_bad_line_of_the_file_as_one_process_does
     assert not (tmp_path / "there.json").exists()
 
 
+@pytest.mark.parametrize("bad", [((1, 5), (2, 3)), ((0, 9), (1, 5))])
+def test_a_shared_log_whose_shares_each_have_a_bad_line_reports_the_earliest(tmp_path, monkeypatch, bad):
+    # each share parses only its own ranks' lines (the log holds rank 0's lines, then rank 1's, ...):
+    # ranks 0 and 2 are share 0's, rank 1 share 1's; the run reports the earlier bad line of the
+    # file, as one process does, whichever share found it
+    def broken(r, i, line):
+        return line.replace("batch_id=", "batch_id=x", 1) if (r, i) in bad else line
+
+    paths = one_log(tmp_path, edit=broken)
+    with pytest.raises(InputError) as here:
+        etc.convert(paths, tmp_path / "here.json", diagnostics=Diagnostics(), jobs=1)
+    shared_by_workers(monkeypatch)
+    with pytest.raises(InputError) as there:
+        etc.convert(paths, tmp_path / "there.json", diagnostics=Diagnostics(), jobs=2)
+    assert "batch_id" in str(here.value)
+    assert str(there.value) == str(here.value)
+    assert not (tmp_path / "there.json").exists()
+
+
+def test_a_cluster_reports_the_earliest_bad_line_of_a_shared_log(tmp_path):
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    paths = one_log(tmp_path, edit=lambda r, i, line: line.replace("batch_id=", "batch_id=x", 1) if (r, i) in ((1, 5), (2, 3)) else line)
+    with pytest.raises(InputError) as here:
+        etc.convert(paths, tmp_path / "here.json", diagnostics=Diagnostics(), jobs=1)
+    with pytest.raises(InputError) as there:  # share 0 (ranks 0, 2, ...) fails too, on a later line
+        etc.convert(paths, tmp_path / "there.json", diagnostics=Diagnostics(), cluster="local:2")
+    assert str(there.value) == str(here.value) and ":" in str(here.value)
+    assert not (tmp_path / "there.json").exists()
+
+
+def test_a_share_parses_its_own_ranks_lines_the_last_line_and_lines_of_no_rank(tmp_path):
+    from converters.readers import megatron_log
+
+    [path] = one_log(tmp_path)
+    lines = path.read_text().splitlines(keepends=True)
+    lines[3] = "  " + lines[3]  # rank 0's, but not starting with rank:<r>: (every share reads it)
+    path.write_text("".join(lines))
+    every = megatron_log.read_file(path, Diagnostics())
+    assert every[3].rank == 0 and every[-1].rank == 7
+    shares = [megatron_log.read_file(path, Diagnostics(), share=(k, 2)) for k in (0, 1)]
+    assert shares[0] == [record for record in every if record.rank % 2 == 0] + [every[-1]]
+    assert shares[1] == [every[3]] + [record for record in every if record.rank % 2 == 1]
+
+
 def test_one_big_log_is_shared_by_default_and_let_go_of_only_when_memory_is_short(tmp_path, monkeypatch):
     from converters import api
     from converters.builders import per_rank

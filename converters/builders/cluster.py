@@ -63,7 +63,15 @@ class DaskWorkers(per_rank.Workers):
         return lambda: self._results(results, doing)
 
     def _results(self, futures: list, doing: str) -> list:
-        return [_result(future, path, self.options, doing) for future, path in zip(futures, self.paths)]
+        results, errors = [], {}
+        for i, (future, path) in enumerate(zip(futures, self.paths)):
+            try:
+                results.append(_result(future, path, self.options, doing))
+            except InputError as e:
+                errors[i] = e  # another share of the file may have an earlier bad line
+        if errors:
+            raise per_rank.first_error(errors, self.paths)
+        return results
 
     def close(self) -> None:
         _close(self.client)

@@ -91,11 +91,19 @@ class RankSurvey:
 
     first: OpRecord
     summary: list[OpRecord]
-    earliest_ns: int  # first measured start (sub-operations included), before any origin
+    # first measured start (sub-operations included), before any origin, with the sub-operations'
+    # stamps read as end times and as start times: the file's reading is known only when all of
+    # its ranks are (a log shared among workers)
+    earliest_as_end_ns: int
+    earliest_as_start_ns: int
     max_forward_batch: int | None = None
     max_p2p_batch: int | None = None
     ops: set[str] = field(default_factory=set)  # in the summary
     groups: set[str | None] = field(default_factory=set)  # sub-operation groups in the summary
+
+    def earliest_ns(self, reading: str) -> int:
+        """The first measured start when sub-operation stamps are `reading` ("end" or "start") times."""
+        return self.earliest_as_end_ns if reading == "end" else self.earliest_as_start_ns
 
 
 @dataclass
@@ -104,32 +112,76 @@ class FileSurvey:
 
     file: str  # the name as given (what messages and node sources say)
     path: str  # where to read it again (absolute when a worker elsewhere reads it)
-    reading: tuple[str, str]
+    counts: tuple[int, int, int]  # sub-operations, and those outside their step read as end / start times
     ranks: dict[int, RankSurvey]
     simulation: OpRecord | None  # the file's first description=simulation line (scaling mode)
     problem: InputError | None  # the first line whose stage_id disagrees with its rank's first line
     diagnostics: Diagnostics
     records: list[OpRecord] | None = None
+    share: tuple[int, int] | None = None  # (k, n): the survey of the file's ranks r with r % n == k
+
+    @property
+    def reading(self) -> tuple[str, str]:
+        """Whether the file's sub-operation stamps are end or start times, and why (whole files only)."""
+        return reading_of_counts(*self.counts)
 
 
 def survey_file(path: Path, options: Options, name: str, share: tuple[int, int] | None = None) -> FileSurvey:
     """Read one log (the per-file phase's first half): the survey, with its records kept.
-    `share` (k, n): only the ranks r with r % n == k (`share_of`)."""
+
+    `share` (k, n): the survey of the ranks r with r % n == k only, so that n workers can share
+    one log that holds several ranks, each parsing its own ranks' lines (read_file). What
+    describes the whole file (the sub-operation reading, a scaling-mode line, the first line
+    whose stage is wrong) is then made of its shares' by the plan (`whole_files`). The file's
+    warnings are in share 0 only (every share reads the last line, which may be cut off), so
+    they are said once."""
     diagnostics = Diagnostics()
     with paused_gc():
-        records = read_file(path, diagnostics, options.strict, name=name)
+        records = read_file(path, diagnostics, options.strict, name=name, share=share)
+        if share is not None:
+            k, n = share
+            records = [record for record in records if record.rank % n == k]  # (the lines every share parses)
+            if k:
+                diagnostics = Diagnostics()
         survey = survey_records(name, str(path), records, diagnostics)
-    return survey if share is None else share_of(survey, *share)
+    survey.share = share
+    return survey
 
 
-def share_of(survey: FileSurvey, k: int, n: int) -> FileSurvey:
-    """The survey of a log's ranks r with r % n == k, so that n workers can build the ranks of
-    one log that holds several. What describes the whole file (the sub-operation reading, a
-    scaling-mode line, the first line whose stage is wrong) is the same in every share; the
-    file's warnings are in share 0 only, so they are said once."""
-    return replace(survey, ranks={r: rank for r, rank in survey.ranks.items() if r % n == k},
-                   records=[record for record in survey.records if record.rank % n == k],
-                   diagnostics=survey.diagnostics if k == 0 else Diagnostics())
+def whole_files(surveys: list[FileSurvey]) -> list[FileSurvey]:
+    """The surveys with the shares of each file (consecutive, share 0 first) made one: its
+    ranks, and what describes the file (counts summed, the first scaling-mode line, the first
+    line whose stage is wrong), as a survey of the whole file would have them."""
+    whole: list[FileSurvey] = []
+    for survey in surveys:
+        if survey.share is not None and survey.share[0] > 0:
+            whole[-1] = _joined(whole[-1], survey)
+        else:
+            whole.append(survey)
+    return whole
+
+
+def _joined(one: FileSurvey, other: FileSurvey) -> FileSurvey:
+    """Two shares of a file's survey as one (the records are left where they were)."""
+    ranks = dict(sorted({**one.ranks, **other.ranks}.items(), key=lambda item: item[1].first.line))
+    diagnostics = Diagnostics()
+    diagnostics.merge(one.diagnostics)
+    diagnostics.merge(other.diagnostics)
+    return replace(one, counts=tuple(map(operator.add, one.counts, other.counts)), ranks=ranks,
+                   simulation=_first_line(one.simulation, other.simulation),
+                   problem=_first_line(one.problem, other.problem), diagnostics=diagnostics, records=None,
+                   share=None)
+
+
+def _first_line(one, other):
+    """Of two records or errors (either may be None), the one of the earlier line."""
+    if one is None or other is None:
+        return other if one is None else one
+    return min(one, other, key=_line_of)
+
+
+def _line_of(found) -> int:
+    return found.line if isinstance(found, OpRecord) else int(found.where.rsplit(":", 1)[1])
 
 
 def split(survey: FileSurvey) -> list[FileSurvey]:
@@ -144,38 +196,37 @@ def split(survey: FileSurvey) -> list[FileSurvey]:
 
 
 def survey_records(name: str, path: str, records: list[OpRecord], diagnostics: Diagnostics) -> FileSurvey:
-    reading = subop_reading(records)
     ranks: dict[int, RankSurvey] = {}
     iterating: set[int] = set()  # ranks still in their first iteration
     simulation = problem = None
     for record in records:
         survey = ranks.get(record.rank)
         if survey is None:
-            survey = ranks[record.rank] = RankSurvey(_header(record), [], record.start_ns)
+            survey = ranks[record.rank] = RankSurvey(_header(record), [], record.start_ns, record.start_ns)
             iterating.add(record.rank)
         elif survey.first.stage != record.stage and problem is None:
             problem = InputError(
                 record.where,
                 f"rank {record.rank} logs stage_id {record.stage} here but stage_id {survey.first.stage} at {survey.first.where}",
             )
-        _survey_record(survey, record, reading[0], record.rank in iterating)
+        _survey_record(survey, record, record.rank in iterating)
         if record.op == "optimizer_step":
             iterating.discard(record.rank)
         if simulation is None and record.description == "simulation":
             simulation = _header(record)
-    return FileSurvey(name, path, reading, ranks, simulation, problem, diagnostics, records)
+    return FileSurvey(name, path, subop_counts(records), ranks, simulation, problem, diagnostics, records)
 
 
-def _survey_record(survey: RankSurvey, record: OpRecord, reading: str, first_iteration: bool) -> None:
+def _survey_record(survey: RankSurvey, record: OpRecord, first_iteration: bool) -> None:
     subs = record.sub_ops
-    earliest = min(survey.earliest_ns, record.end_ns - record.duration_ns)
+    start = record.end_ns - record.duration_ns
+    as_end, as_start = min(survey.earliest_as_end_ns, start), min(survey.earliest_as_start_ns, start)
     if subs:
         first_stamp, _, longest = subs.bounds
-        if reading != "end":
-            earliest = min(earliest, first_stamp)
-        elif first_stamp - longest < earliest:  # else no sub-operation starts before `earliest`: skip them
-            earliest = min(earliest, *_sub_starts(subs, reading))
-    survey.earliest_ns = earliest
+        as_start = min(as_start, first_stamp)
+        if first_stamp - longest < as_end:  # else no sub-operation starts before `as_end`: skip them
+            as_end = min(as_end, *_sub_starts(subs, "end"))
+    survey.earliest_as_end_ns, survey.earliest_as_start_ns = as_end, as_start
     if record.op == "forward_step":
         survey.max_forward_batch = _larger(survey.max_forward_batch, record.batch)
     if record.op in P2P_OPS:
@@ -232,6 +283,7 @@ class Plan:
 
 def plan(surveys: list[FileSurvey], paths: list[Path], options: Options, diagnostics: Diagnostics) -> Plan:
     """The cross-rank phase before any node is made: checks across files, layout, clocks, tags."""
+    surveys = whole_files(surveys)
     if not any(survey.ranks for survey in surveys):
         raise InputError(str(paths[0]), "no op lines found; expected rank:<r>:<op>(key=value,...)")
     by_rank: dict[int, RankSurvey] = {}
@@ -243,7 +295,7 @@ def plan(surveys: list[FileSurvey], paths: list[Path], options: Options, diagnos
     if doubts:
         _warn_layout_guess(layout, doubts, summaries, diagnostics)
     simulation = next((survey.simulation for survey in surveys if survey.simulation is not None), None)
-    earliest = {rank_id: rank.earliest_ns for rank_id, rank in by_rank.items()}
+    earliest = {rank_id: rank.earliest_ns(survey.reading[0]) for survey in surveys for rank_id, rank in survey.ranks.items()}
     shared = min(earliest.values())
     return Plan(
         layout=layout, inferred=inferred,
@@ -271,7 +323,7 @@ def _check_ranks_once(survey: FileSurvey, seen: dict[int, RankSurvey]) -> None:
                 f"rank {rank_id} also appears in {earlier.first.file} (line {earlier.first.line}); give each rank's log once",
             ))
     if problems:
-        raise min(problems, key=lambda e: int(e.where.rsplit(":", 1)[1]))
+        raise min(problems, key=_line_of)
 
 
 # ---------------------------------------------------------------- per file: the nodes of its ranks
@@ -439,14 +491,13 @@ PER_RANK_FORMAT = MEGATRON  # what `converters.api` looks for to let workers wri
 
 # ---------------------------------------------------------------- grouping and checks
 
-def subop_reading(records: list[OpRecord]) -> tuple[str, str]:
-    """Whether this file's sub-operation timestamps are end or start times, and why.
+def subop_counts(records: list[OpRecord]) -> tuple[int, int, int]:
+    """How many sub-operations the records have, and how many would lie outside their step with
+    their timestamps read as end times and as start times (`reading_of_counts` decides).
 
-    Each reading is tried: the one that puts fewer sub-operations outside their step wins; a
-    tie keeps "end" (what FORMATS.md §2 found in the real sample). A step whose sub-operations'
-    bounds (SubOps.bounds: a stamp minus the longest duration is at or before every start read
-    from end times; plus it, at or after every end read from start times) fit inside it under a
-    reading has none outside it: only the others are counted one by one.
+    A step whose sub-operations' bounds (SubOps.bounds: a stamp minus the longest duration is at
+    or before every start read from end times; plus it, at or after every end read from start
+    times) fit inside it under a reading has none outside it: only the others are counted one by one.
     """
     total = outside_as_end = outside_as_start = 0
     for record in records:
@@ -462,11 +513,13 @@ def subop_reading(records: list[OpRecord]) -> tuple[str, str]:
             outside_as_start += _outside(subs.stamps, list(map(operator.add, subs.stamps, subs.durations)), low, high)
         elif last_stamp + longest > high:  # none starts early: count the late ends alone
             outside_as_start += sum(map(operator.lt, repeat(high), map(operator.add, subs.stamps, subs.durations)))
-    return reading_of_counts(total, outside_as_end, outside_as_start)
+    return total, outside_as_end, outside_as_start
 
 
 def reading_of_counts(total: int, outside_as_end: int, outside_as_start: int) -> tuple[str, str]:
-    """The reading that puts fewer of `total` sub-operations outside their step, and why."""
+    """Whether a file's sub-operation timestamps are end or start times, and why: the reading
+    that puts fewer of its `total` sub-operations outside their step; a tie keeps "end" (what
+    FORMATS.md §2 found in the real sample)."""
     if total == 0:
         return "end", "no sub-operations"
     if outside_as_start > outside_as_end:

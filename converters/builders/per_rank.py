@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import multiprocessing
+import re
 import signal
 from multiprocessing import connection
 from dataclasses import dataclass
@@ -132,9 +133,9 @@ def units_of(fmt: PerRankFormat | None, paths: list[Path], workers: int, streami
 
 
 # Files of several ranks (one concatenated log) at least this big in all are shared among the
-# workers: each reads the whole file (more CPU) but builds only its share of the ranks (benchmark
-# 6, 98 MB on 2 workers, against one process reading and 2 forked writers drawing: the same
-# 6.8 s, 8.1 -> 10.0 s CPU, 895 -> 674 MB for the processes together, 515 -> 325 MB the largest).
+# workers: each reads every byte of the file but parses and builds only its share of the ranks
+# (benchmark 6, 98 MB on 2 workers, against one process reading and 2 forked writers drawing:
+# 895 -> 674 MB for the processes together, 515 -> 325 MB the largest).
 SHARED_FILES_MIN_BYTES = 32 << 20
 # What one process needs to draw a log of several ranks, per byte of log (benchmark 6: 5.5 for
 # Chrome JSON, 6.2 for .pftrace): the measure of `too_big_for_one_process`.
@@ -471,8 +472,25 @@ def _collect(links: list, paths: list[Path], doing: str) -> list:
             if not left[k]:
                 del left[k]
     if errors:
-        raise errors[min(errors)]
+        raise first_error(errors, paths)
     return [results[i] for i in range(len(paths))]
+
+
+def first_error(errors: dict[int, InputError], paths: list[Path]) -> InputError:
+    """Of the errors of some units (by index; `paths`: each unit's file), the one reading the
+    files one by one would raise: the first file's, and of the shares of one file (each parses
+    its own ranks' lines), the one of the earliest line."""
+    def order(i: int) -> tuple[int, int]:
+        return paths.index(paths[i]), _line_in(errors[i], str(paths[i]))
+
+    return errors[min(errors, key=order)]
+
+
+def _line_in(error: InputError, name: str) -> int:
+    """The line of `name` an error names (`name:line...`); 0 when it names none."""
+    where = error.where or ""
+    found = re.match(r":(\d+)", where[len(name):]) if where.startswith(name) else None
+    return int(found[1]) if found else 0
 
 
 def _merged(survey, diagnostics: Diagnostics):

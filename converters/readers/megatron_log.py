@@ -230,16 +230,24 @@ def sniff(head: bytes, path: Path | None = None) -> bool:
     return False
 
 
-def read_file(path: Path, diagnostics: Diagnostics, strict: bool = False, bar=None, name: str | None = None) -> list[OpRecord]:
+def read_file(path: Path, diagnostics: Diagnostics, strict: bool = False, bar=None, name: str | None = None,
+              share: tuple[int, int] | None = None) -> list[OpRecord]:
     """The records of one log, read line by line (a log may be larger than memory allows twice).
 
     Each line is parsed once the next non-blank line is seen, so the last one is known: only the
     last line may be cut off (the run crashed while the tracer wrote it). `name` is what records
     and messages call the file (default: the path).
+
+    `share` (k, n): the records of the ranks r with r % n == k, for n workers sharing one log.
+    A line that starts with another share's `rank:<r>:` is left to that share unparsed, so each
+    share parses its own lines (its first bad one is its error); every share parses the last
+    line and any line that does not start so, and the caller keeps its own ranks' records.
     """
     name = name or str(path)
     records: list[OpRecord] = []
     held: tuple[int, bytes] | None = None  # the latest non-blank line, not yet known to be the last
+    before = 0  # the complete lines before the held one (parsed here or left to another share)
+    theirs = None if share is None else _of_other_shares(*share)
     try:
         with open(path, "rb") as f:
             for number, raw in enumerate(f, 1):
@@ -248,15 +256,31 @@ def read_file(path: Path, diagnostics: Diagnostics, strict: bool = False, bar=No
                 if raw.isspace():  # blank (a line read from a file is never empty)
                     continue
                 if held is not None:
-                    records.append(parse_line(_decode(held[1], name, held[0]), name, held[0]))
+                    before += 1
+                    if theirs is None or not theirs(held[1]):
+                        records.append(parse_line(_decode(held[1], name, held[0]), name, held[0]))
                 held = (number, raw)
     except OSError as e:
         raise InputError(name, f"cannot read: {e.strerror}") from None
     if held is not None:
-        record = _last_line(held[1], name, held[0], len(records), diagnostics, strict)
+        record = _last_line(held[1], name, held[0], before, diagnostics, strict)
         if record is not None:
             records.append(record)
     return records
+
+
+_RANK_PREFIX = re.compile(rb"rank:(\d+):")
+
+
+def _of_other_shares(k: int, n: int):
+    """Whether a raw line starts with the `rank:<r>:` of a rank r with r % n != k."""
+    match = _RANK_PREFIX.match
+
+    def theirs(raw: bytes) -> bool:
+        found = match(raw)
+        return found is not None and int(found[1]) % n != k
+
+    return theirs
 
 
 def _last_line(raw: bytes, name: str, number: int, before: int, diagnostics: Diagnostics, strict: bool) -> OpRecord | None:
