@@ -63,7 +63,8 @@ def test_samples(sample):
 
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), st.sampled_from(["a", "%", "%b", 'q"', ""]),
                    st.lists(st.integers(0, 3), max_size=2), st.sampled_from([0.0, -0.0, 1.0, 1 << 70, (1, 2), [1, 2]]))
-KEYS = st.sampled_from(["stage", "node", "op", "bytes", "tag", "source", "group", "peer", "x%", "wait_ns", 7])
+KEYS = st.sampled_from(["stage", "node", "op", "bytes", "tag", "source", "group", "peer", "x%", "wait_ns", "iteration",
+                        "microbatch", 7])
 
 
 @st.composite
@@ -105,11 +106,38 @@ def test_random_traces(trace):
 
 def test_args_key_tells_apart_what_prints_apart():
     """Dicts with one key tell shapes apart across ranks only where they print alike."""
-    keys = [args_key(args) for args in ({"a": 1}, {"a": 1.0}, {"a": True}, {"a": 0.0}, {"a": -0.0}, {"a": "1"})]
+    keys = [args_key(args, []) for args in ({"a": 1}, {"a": 1.0}, {"a": True}, {"a": 0.0}, {"a": -0.0}, {"a": "1"})]
     assert None not in keys and len(set(keys)) == len(keys)
-    assert args_key({"a": 1}) == args_key(dict(a=1))
+    assert args_key({"a": 1}, []) == args_key(dict(a=1), [])
     for unkeyed in ({1: "a"}, {"a": 1 << 70}, {"a": [1]}, {"a": (1,)}, {"a": SubStr("x")}):
-        assert args_key(unkeyed) is None
+        assert args_key(unkeyed, []) is None
+
+
+def test_args_key_leaves_out_what_columns_print():
+    # an iteration's or a wait's value is printed from a column: only where it is and whether it is
+    # printed tell shapes apart; a key the node's own fields hide is not printed at all
+    def key(args, own=()):
+        return args_key(args, list(own))
+
+    assert key({"op": "f", "iteration": 1}) == key({"op": "f", "iteration": 7}) == key({"op": "f", "iteration": 1.5})
+    assert key({"op": "f", "iteration": 1}) != key({"op": "f", "iteration": None})  # None is not printed
+    assert key({"op": "f", "iteration": None}) == key({"op": "f", "iteration": float("nan")})
+    assert key({"op": "f", "iteration": 1}) != key({"iteration": 1, "op": "f"})  # printed in the dict's order
+    assert key({"op": "f", "microbatch": 1}, ["node", "microbatch"]) == key({"op": "f", "microbatch": 2}, ["node", "microbatch"])
+    assert key({"op": "f", "microbatch": 1}) != key({"op": "f", "microbatch": 2})
+
+
+def test_a_log_rank_has_a_shape_per_kind_of_op_not_per_iteration(tmp_path):
+    from helpers.megatron_synth import write_run
+
+    trace = read(write_run(tmp_path, stages=2, tp=1, microbatches=4, iterations=6), diagnostics=Diagnostics(), tp=1)
+    plan = plan_trace(trace, Options(ranks="all"), Diagnostics())
+    for process in plan.processes:
+        rows = process.arg_rows()
+        iterations = {values[-2] for values in zip(*rows.columns)}
+        assert iterations >= set(range(6))  # every iteration printed from the column
+        assert len(set(map(id, rows.shapes))) < len(rows.shapes) // 6
+    assert_rows_change_nothing(trace)
 
 
 class SubStr(str):

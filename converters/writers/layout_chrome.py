@@ -124,7 +124,13 @@ class Layout:
         return list(values) if self.order is None else list(map(values.__getitem__, self.order))
 
 
-OWN_FIELDS = ("node", "bytes", "tag", "microbatch", "source")  # node fields whose values vary from slice to slice
+# Values that vary from slice to slice, each printed from a column (`ArgsRows.columns`): the
+# node's own fields, then args whose values differ between dicts otherwise alike (`VARYING_ARGS`).
+NODE_FIELDS = ("node", "bytes", "tag", "microbatch", "source")
+# A log's op args say their iteration, a receive's how long it waited: a shape per value would make
+# thousands of shapes per rank (benchmark 6: 3,944 on a rank, 258 without them).
+VARYING_ARGS = ("iteration", "wait_ns")
+OWN_FIELDS = NODE_FIELDS + VARYING_ARGS
 
 
 class ArgsShape:
@@ -132,7 +138,7 @@ class ArgsShape:
 
     `items`: (key, value, field) in the args' order; `field` is the index in OWN_FIELDS of
     a value each slice takes from its `ArgsRows.columns`, or -1 for `value`, the same in
-    every slice of the shape. A log's args are a distinct dict per node, but only a few
+    every slice of the shape. Fields increase along the items (writers fill them in order). A log's args are a distinct dict per node, but only a few
     thousand shapes per rank: writers encode a shape once and fill in the values.
     """
 
@@ -892,6 +898,7 @@ class _Planner:
             for i in positions:
                 adds[i] = (peer, rank.group_of(nodes[i]))
         columns = tuple(list(map(operator.attrgetter(name), nodes)) for name in ("id", "size", "tag", "microbatch", "source"))
+        columns += tuple(varying_column(nodes, key) for key in VARYING_ARGS)
         keys = list(zip(
             map(id, map(operator.attrgetter("args"), nodes)),
             map(operator.attrgetter("kind"), nodes),
@@ -910,7 +917,7 @@ class _Planner:
         def shape_of(i: int) -> ArgsShape:
             # ranks of a log have equal args in distinct dicts: a shape is made once per content
             node = nodes[i]
-            text = args_key(node.args)
+            text = args_key(node.args, own_keys(node))
             if text is None:
                 return make_shape(i)
             key = (text, keys[i][1:], stage)
@@ -1238,8 +1245,18 @@ def own_fields(node) -> list[int]:
     return fields
 
 
+def own_keys(node) -> list[str]:
+    """The keys `node_args` takes from the node's own fields (and `op`), which no arg replaces."""
+    keys = [OWN_FIELDS[f] for f in own_fields(node)]
+    if node.is_comm and node.coll is not None:
+        keys.append("op")
+    return keys
+
+
 def node_shape(node, args: dict[str, Any]) -> ArgsShape:
-    """The shape of `args`, the args of `node`: its own fields' values vary, the rest is fixed.
+    """The shape of `args`, the args of `node`: its own fields' values vary, and those of the
+    VARYING_ARGS after them (in OWN_FIELDS order: a later one out of that order stays fixed);
+    the rest is fixed.
 
     `node_args` puts the own fields first (with `op` among them, fixed for a shape), and
     nothing merged later replaces them.
@@ -1256,21 +1273,48 @@ def node_shape(node, args: dict[str, Any]) -> ArgsShape:
             raise AssertionError(f"node {node.id}: args {list(args)} do not start with its own fields")
         items[k] = (key, None, fields[j])
         j += 1
+    last = fields[-1]
+    for k in range(head, len(items)):
+        f = _VARYING_FIELD.get(items[k][0], -1)
+        if f > last:
+            items[k] = (items[k][0], None, f)
+            last = f
     return ArgsShape(items)
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+_VARYING_FIELD = {key: OWN_FIELDS.index(key) for key in VARYING_ARGS}
 
 
-def args_key(raw: dict) -> bytes | None:
-    """`raw` as JSON when that says all `node_args` takes from it, else None (then no key).
+def varying_column(nodes, key: str) -> list:
+    """The value `node_args` prints for `key` of each node's args (None: it prints none)."""
+    values = list(map(operator.methodcaller("get", key), map(operator.attrgetter("args"), nodes)))
+    kinds = set(map(type, values))
+    if kinds <= {int, _NONE}:
+        ints = [v for v in values if v is not None] if _NONE in kinds else values
+        if not ints or (-(2**63) <= min(ints) and max(ints) < 2**63):
+            return values  # what clean_arg would give
+    return list(map(clean_arg, values))
 
-    Only for str keys and scalar values of exactly these types: JSON then tells apart every
-    two dicts `node_args` would print differently (1, 1.0, true; -0.0; NaN and inf are
-    null, as None, and all three dropped), which it does not for nested lists or subclasses.
+
+_NONE = type(None)
+_SCALARS = frozenset({str, int, float, bool, _NONE})
+
+
+def args_key(raw: dict, own: list[str]) -> bytes | None:
+    """What `node_args` takes from `raw` as JSON, for a node whose own fields fill `own`
+    (they hide these keys of `raw`), when that says it all; else None (then no key).
+
+    The VARYING_ARGS' values are printed from columns: the key says only where they are and
+    whether they are printed. Only for str keys and scalar values of exactly these types: JSON
+    then tells apart every two dicts `node_args` would print differently (1, 1.0, true; -0.0;
+    NaN and inf are null, as None, and all three dropped), which it does not for nested lists
+    or subclasses.
     """
     if not _SCALARS.issuperset(map(type, raw.values())):
         return None
+    if not raw.keys().isdisjoint(own) or not raw.keys().isdisjoint(VARYING_ARGS):
+        raw = {key: (0 if clean_arg(value) is not None else None) if key in _VARYING_FIELD else value
+               for key, value in raw.items() if key not in own}
     try:
         # a copy: orjson's own result keeps its whole write buffer (kilobytes) allocated
         return bytes(memoryview(orjson.dumps(raw)))
