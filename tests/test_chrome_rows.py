@@ -18,7 +18,7 @@ from converters.diagnostics import Diagnostics
 from converters.model import CollType, DisplaySpan, ExecutionTrace, Node, NodeKind, Rank
 from converters.options import Options
 from converters.writers import chrome, perfetto
-from converters.writers.layout_chrome import args_key, plan_trace
+from converters.writers.layout_chrome import OWN_FIELDS, args_key, plan_trace
 from test_chrome import small_trace
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -64,7 +64,7 @@ def test_samples(sample):
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), st.sampled_from(["a", "%", "%b", 'q"', ""]),
                    st.lists(st.integers(0, 3), max_size=2), st.sampled_from([0.0, -0.0, 1.0, 1 << 70, (1, 2), [1, 2]]))
 KEYS = st.sampled_from(["stage", "node", "op", "bytes", "tag", "source", "group", "peer", "x%", "wait_ns", "iteration",
-                        "microbatch", 7])
+                        "microbatch", "sequence", "launched_node", 7])
 
 
 @st.composite
@@ -93,7 +93,8 @@ def odd_trace(draw):
                 node.peer = (r + 1) % ranks
                 node.tag = draw(st.sampled_from([None, 0, 5]))
             nodes.append(node)
-        display = [DisplaySpan("cpu", "launch", 100, 50, {"k": draw(VALUES)}, None)] if draw(st.booleans()) else []
+        display = [DisplaySpan("cpu", "launch", 100 + 10 * j, 5, {draw(KEYS): draw(VALUES)}, draw(st.sampled_from([None, 1, 2])))
+                   for j in range(draw(st.integers(0, 3)))]
         trace.ranks[r] = Rank(r, nodes=nodes, coords={"pp": draw(st.integers(0, 1))}, display=display)
     return trace
 
@@ -134,7 +135,7 @@ def test_a_log_rank_has_a_shape_per_kind_of_op_not_per_iteration(tmp_path):
     plan = plan_trace(trace, Options(ranks="all"), Diagnostics())
     for process in plan.processes:
         rows = process.arg_rows()
-        iterations = {values[-2] for values in zip(*rows.columns)}
+        iterations = {values[OWN_FIELDS.index("iteration")] for values in zip(*rows.columns)}
         assert iterations >= set(range(6))  # every iteration printed from the column
         assert len(set(map(id, rows.shapes))) < len(rows.shapes) // 6
     assert_rows_change_nothing(trace)
@@ -154,4 +155,20 @@ def test_shapes_are_shared_by_ranks_with_equal_args():
     plan = plan_trace(trace, Options(ranks="all"), Diagnostics())
     first, second = (process.arg_rows() for process in plan.processes)
     assert first.shapes[0] is second.shapes[0]
+    assert_rows_change_nothing(trace)
+
+
+def test_a_profiler_rank_shares_shapes_among_its_launches_and_collectives():
+    # each launch span says the node it launched, each collective its sequence number: columns,
+    # so a rank has a shape per kind of slice, not one per launch
+    paths = sorted((Path(__file__).resolve().parent / "fixtures" / "kineto_nccl").iterdir())
+    trace = read(paths, diagnostics=Diagnostics())
+    plan = plan_trace(trace, Options(ranks="all"), Diagnostics())
+    for process in plan.processes:
+        rows = process.arg_rows()
+        launched = [values[OWN_FIELDS.index("launched_node")] for values in zip(*rows.columns)]
+        display = trace.ranks[process.rank].display
+        assert len(display) > 10 and sum(value is not None for value in launched) == len(display)
+        assert len({span.args["launched"] for span in display}) <= 5
+        assert len(set(map(id, rows.shapes[-len(display):]))) <= 5  # a shape per text launched
     assert_rows_change_nothing(trace)

@@ -127,9 +127,10 @@ class Layout:
 # Values that vary from slice to slice, each printed from a column (`ArgsRows.columns`): the
 # node's own fields, then args whose values differ between dicts otherwise alike (`VARYING_ARGS`).
 NODE_FIELDS = ("node", "bytes", "tag", "microbatch", "source")
-# A log's op args say their iteration, a receive's how long it waited: a shape per value would make
-# thousands of shapes per rank (benchmark 6: 3,944 on a rank, 258 without them).
-VARYING_ARGS = ("iteration", "wait_ns")
+# A log's op args say their iteration, a receive's how long it waited, a profiler trace's collective
+# its sequence number and a launch the node it launched: a shape per value would make thousands of
+# shapes per rank (benchmark 6: 3,944 on a rank, 258 without them).
+VARYING_ARGS = ("iteration", "wait_ns", "sequence", "launched_node")
 OWN_FIELDS = NODE_FIELDS + VARYING_ARGS
 
 
@@ -898,7 +899,6 @@ class _Planner:
             for i in positions:
                 adds[i] = (peer, rank.group_of(nodes[i]))
         columns = tuple(list(map(operator.attrgetter(name), nodes)) for name in ("id", "size", "tag", "microbatch", "source"))
-        columns += tuple(varying_column(nodes, key) for key in VARYING_ARGS)
         keys = list(zip(
             map(id, map(operator.attrgetter("args"), nodes)),
             map(operator.attrgetter("kind"), nodes),
@@ -943,13 +943,33 @@ class _Planner:
         if rank.display:
             extra_args += display_args(rank)
         if extra_args:
-            shapes += [ArgsShape([(key, value, -1) for key, value in args.items()]) for args in extra_args]
+            shapes += [self.dict_shape(args) for args in extra_args]
             for column in columns:
                 column += [None] * len(extra_args)
+        columns += self.varying_columns(shapes, nodes, extra_args)
         tpl.users -= 1
         if tpl.users <= 0:
             tpl.forget_args()
         return ArgsRows(shapes, columns)
+
+    def dict_shape(self, args: dict[str, Any]) -> ArgsShape:
+        """The shape of an args dict already cleaned (a wait's, a display span's), shared by content."""
+        key = ("dict", args_key(args, []))
+        shape = self.shapes.get(key) if key[1] is not None else None
+        if shape is None:
+            shape = ArgsShape(_with_varying([(k, v, -1) for k, v in args.items()], 0))
+            if key[1] is not None:
+                self.shapes[key] = shape
+        return shape
+
+    @staticmethod
+    def varying_columns(shapes: list[ArgsShape], nodes, extra_args: list[dict[str, Any]]) -> tuple[list, ...]:
+        """The VARYING_ARGS columns: the values of the nodes' args, then of the extra rows' (only
+        for the keys some shape prints from a column: the others are all None)."""
+        used = {f for shape in dict.fromkeys(shapes) for _, _, f in shape.items if f >= len(NODE_FIELDS)}
+        count = len(nodes) + len(extra_args)
+        return tuple(varying_column(nodes, key) + [args.get(key) for args in extra_args]
+                     if len(NODE_FIELDS) + k in used else [None] * count for k, key in enumerate(VARYING_ARGS))
 
     def group_strings(self, gid: int | None) -> tuple[str, str]:
         group = self.trace.groups.get(gid) if gid is not None else None
@@ -1273,13 +1293,19 @@ def node_shape(node, args: dict[str, Any]) -> ArgsShape:
             raise AssertionError(f"node {node.id}: args {list(args)} do not start with its own fields")
         items[k] = (key, None, fields[j])
         j += 1
-    last = fields[-1]
-    for k in range(head, len(items)):
+    return ArgsShape(_with_varying(items, head))
+
+
+def _with_varying(items: list[tuple[str, Any, int]], start: int) -> list[tuple[str, Any, int]]:
+    """`items` with those of VARYING_ARGS from `start` on taken from columns, while their fields
+    increase (a later one out of OWN_FIELDS order stays fixed)."""
+    last = max((f for _, _, f in items[:start]), default=-1)
+    for k in range(start, len(items)):
         f = _VARYING_FIELD.get(items[k][0], -1)
         if f > last:
             items[k] = (items[k][0], None, f)
             last = f
-    return ArgsShape(items)
+    return items
 
 
 _VARYING_FIELD = {key: OWN_FIELDS.index(key) for key in VARYING_ARGS}
