@@ -44,8 +44,8 @@ from .timeline import Timeline, measured_timeline
 from .writers import chrome
 from .writers.atomic import atomic_file
 from .writers.forked import copy_into
-from .writers.layout_chrome import (PlanStart, ProcessHead, _Planner, choose_ranks, one_clock, report_iteration,
-                                    write_parts)
+from .writers.layout_chrome import (COMM_SENT, PlanStart, ProcessHead, _Planner, choose_ranks, one_clock,
+                                    report_iteration, write_parts)
 
 def _writer(writer: str):
     """The timeline format's writer module (`write_head`, `process_encoder`, `new_encoder`); the
@@ -204,7 +204,7 @@ def _print(fmt: per_rank.PerRankFormat, options: Options, kept: tuple, printing)
     kept, placing = kept
     flows, folder, process_encoder, encoder, output = printing
     for rank, place in _drawn(fmt, options, kept, placing):
-        process = place(rank, [])
+        process = place(rank, COMM_SENT)
         process.flow_pairs = flows[process.pid]
         try:
             with open(Path(folder) / f"{process.pid}.part", "wb", buffering=1 << 20) as out:

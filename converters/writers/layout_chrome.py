@@ -712,7 +712,8 @@ class _Planner:
         self.recvs: dict[tuple, list[int]] = {}  # (src, dst, tag) -> receives
         self.instances: dict[int | None, list[list[int]]] = {}  # group -> each member's collectives, in drawn order
         self.flows_of_pid: dict[int, array] = {}  # pid -> its Process.flow_pairs
-        self.comm_out: list | None = None  # set: collect_comm appends each rank's comm_slices here instead
+        # set: collect_comm appends each rank's comm_slices here instead (COMM_SENT: they were sent already)
+        self.comm_out: list | None = None
 
     def template(self, nodes) -> _Template:
         found = self.templates.get(id(nodes))
@@ -982,7 +983,8 @@ class _Planner:
     def collect_comm(self, r: int, process: Process, collectives: dict, p2p: dict) -> None:
         """Remember this rank's collective instances, sends and receives, in program order."""
         if self.comm_out is not None:  # a forked worker: the parent assigns the flows
-            self.comm_out.append(comm_slices(process, collectives, p2p))
+            if self.comm_out is not COMM_SENT:
+                self.comm_out.append(comm_slices(process, collectives, p2p))
             return
         self.flows_of_pid[process.pid] = process.flow_pairs
         self.add_comm(r, comm_slices(process, collectives, p2p))
@@ -1045,6 +1047,11 @@ class _Planner:
     def forget_comm(self) -> None:
         """Drop the comm slices collected for the flows."""
         self.sends, self.recvs, self.instances, self.flows_of_pid = {}, {}, {}, {}
+
+
+# `_Planner.comm_out` of a worker placing a rank again to print it: its comm slices went to the
+# parent when it was first placed.
+COMM_SENT: list = []
 
 
 def k_th_collectives(of_members: list[list[int]]):
