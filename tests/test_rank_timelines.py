@@ -212,6 +212,21 @@ def _pieces_kept(fmt, options, kept, _):
     return kept, [sorted(piece.ranks) for piece in kept.pieces]
 
 
+def error_shared_as_here(tmp_path: Path, monkeypatch, edit, **there) -> str:
+    """The error of one process reading `one_log(edit=edit)`, once the workers sharing that log
+    (`there`: jobs=2, or a cluster) are seen to report the same and to write nothing."""
+    paths = one_log(tmp_path, edit=edit)
+    with pytest.raises(InputError) as here:
+        etc.convert(paths, tmp_path / "here.json", diagnostics=Diagnostics(), jobs=1)
+    if "cluster" not in there:  # (a cluster shares any log)
+        shared_by_workers(monkeypatch)
+    with pytest.raises(InputError) as caught:
+        etc.convert(paths, tmp_path / "there.json", diagnostics=Diagnostics(), **there)
+    assert str(caught.value) == str(here.value)
+    assert not (tmp_path / "there.json").exists()
+    return str(here.value)
+
+
 def test_a_shared_log_reports_the_first_bad_line_of_the_file_as_one_process_does(tmp_path, monkeypatch):
     # rank 1 (share 1) changes stage on a later line than rank 0 (share 0) does: the error
     # names rank 0's line, the file's first
@@ -220,15 +235,12 @@ def test_a_shared_log_reports_the_first_bad_line_of_the_file_as_one_process_does
             return line.replace("stage_id=0,", "stage_id=1,")
         return line
 
-    paths = one_log(tmp_path, edit=stage_moves)
-    with pytest.raises(InputError) as here:
-        etc.convert(paths, tmp_path / "here.json", diagnostics=Diagnostics(), jobs=1)
-    shared_by_workers(monkeypatch)
-    with pytest.raises(InputError) as there:
-        etc.convert(paths, tmp_path / "there.json", diagnostics=Diagnostics(), jobs=2)
-    assert "logs stage_id 1 here but stage_id 0" in str(here.value)
-    assert str(there.value) == str(here.value)
-    assert not (tmp_path / "there.json").exists()
+    assert "logs stage_id 1 here but stage_id 0" in error_shared_as_here(tmp_path, monkeypatch, stage_moves, jobs=2)
+
+
+def broken_at(*lines):
+    """An edit that breaks the `batch_id` of the given (rank, op) lines."""
+    return lambda r, i, line: line.replace("batch_id=", "batch_id=x", 1) if (r, i) in lines else line
 
 
 @pytest.mark.parametrize("bad", [((1, 5), (2, 3)), ((0, 9), (1, 5))])
@@ -236,29 +248,13 @@ def test_a_shared_log_whose_shares_each_have_a_bad_line_reports_the_earliest(tmp
     # each share parses only its own ranks' lines (the log holds rank 0's lines, then rank 1's, ...):
     # ranks 0 and 2 are share 0's, rank 1 share 1's; the run reports the earlier bad line of the
     # file, as one process does, whichever share found it
-    def broken(r, i, line):
-        return line.replace("batch_id=", "batch_id=x", 1) if (r, i) in bad else line
-
-    paths = one_log(tmp_path, edit=broken)
-    with pytest.raises(InputError) as here:
-        etc.convert(paths, tmp_path / "here.json", diagnostics=Diagnostics(), jobs=1)
-    shared_by_workers(monkeypatch)
-    with pytest.raises(InputError) as there:
-        etc.convert(paths, tmp_path / "there.json", diagnostics=Diagnostics(), jobs=2)
-    assert "batch_id" in str(here.value)
-    assert str(there.value) == str(here.value)
-    assert not (tmp_path / "there.json").exists()
+    assert "batch_id" in error_shared_as_here(tmp_path, monkeypatch, broken_at(*bad), jobs=2)
 
 
-def test_a_cluster_reports_the_earliest_bad_line_of_a_shared_log(tmp_path):
+def test_a_cluster_reports_the_earliest_bad_line_of_a_shared_log(tmp_path, monkeypatch):
     pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
-    paths = one_log(tmp_path, edit=lambda r, i, line: line.replace("batch_id=", "batch_id=x", 1) if (r, i) in ((1, 5), (2, 3)) else line)
-    with pytest.raises(InputError) as here:
-        etc.convert(paths, tmp_path / "here.json", diagnostics=Diagnostics(), jobs=1)
-    with pytest.raises(InputError) as there:  # share 0 (ranks 0, 2, ...) fails too, on a later line
-        etc.convert(paths, tmp_path / "there.json", diagnostics=Diagnostics(), cluster="local:2")
-    assert str(there.value) == str(here.value) and ":" in str(here.value)
-    assert not (tmp_path / "there.json").exists()
+    # share 0 (ranks 0, 2, ...) fails too, on a later line
+    assert "batch_id" in error_shared_as_here(tmp_path, monkeypatch, broken_at((1, 5), (2, 3)), cluster="local:2")
 
 
 def test_a_share_parses_its_own_ranks_lines_the_last_line_and_lines_of_no_rank(tmp_path):
