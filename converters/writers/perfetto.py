@@ -1,9 +1,9 @@
 """Native Perfetto trace (`.pftrace`, `--to perfetto`): the Chrome view in Perfetto's protobuf.
 
 Same processes, threads, slices, args and flows as the Chrome JSON writer (both come from
-`layout_chrome.plan_trace`). The first packets are built with the `perfetto` package's
-schema and `TraceProtoBuilder`; the millions of slice events are framed by hand from bytes
-encoded once (see "slice events" below) and written one process (rank) at a time, so a
+`layout_chrome.plan_trace`). Every packet is encoded by hand, as protobuf writes it (tests
+compare with the `perfetto` package's protos): the track descriptors field by field, the
+millions of slice events framed from bytes encoded once (see "slice events" below) and written one process (rank) at a time, so a
 rank's args are built, written and freed before the next rank's (as the JSON writer does).
 A rank with a node list of its own (each rank of a log) encodes its annotations from
 `ArgsRows` (`row_begin_heads`): each args shape's fixed pieces once, its nodes' own fields
@@ -47,11 +47,6 @@ from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
-from perfetto.trace_builder.proto_builder import TraceProtoBuilder
-
-from .._proto.wire import varint
 from ..diagnostics import Diagnostics
 from ..gc_pause import paused_gc
 from ..timeline import Timeline
@@ -63,10 +58,43 @@ from .layout_chrome import (
 )
 
 SEQUENCE_ID = 1  # the first packet and the track descriptors
-_BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
-_END = pb.TrackEvent.TYPE_SLICE_END
-_NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-_CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+# Perfetto's enum values (perfetto_trace.proto; tests compare them with its protos): this module
+# encodes every packet by hand, so that drawing imports neither Perfetto's protos (their
+# descriptors take about 0.08 s of CPU to load, in the client and again in each forked worker)
+# nor protobuf before the first timestamps are encoded (`_timestamp_column`).
+_BEGIN = 1  # TrackEvent.TYPE_SLICE_BEGIN
+_END = 2  # TrackEvent.TYPE_SLICE_END
+_NEEDS_STATE = 2  # TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+_CLEARED = 1  # TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+
+
+def __getattr__(name: str):
+    """`pb`, Perfetto's trace protos, imported when first asked for (tests, `add_annotations`)."""
+    if name == "pb":
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2
+
+        return perfetto_trace_pb2
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def varint(value: int) -> bytes:
+    """A non-negative int as protobuf writes it (unsigned LEB128); a negative one (not a uint64,
+    e.g. a time before the trace's origin) as the Chakra framing's varint has it."""
+    if value < 0x80:
+        if value < 0:
+            from .._proto.wire import varint as framing_varint
+
+            return framing_varint(value)
+        return _ONE_BYTE_VARINTS[value]
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_ONE_BYTE_VARINTS = [bytes([n]) for n in range(0x80)]
 
 
 def write(trace, output, options=None, diagnostics: Diagnostics | None = None, timeline: Timeline | None = None) -> None:
@@ -94,12 +122,31 @@ def write_packets(plan: Plan, out: BinaryIO) -> None:
 def write_head(plan: Plan, out: BinaryIO) -> None:
     """The packets before the processes' own: one clearing the state of SEQUENCE_ID, then
     the track descriptors of every process and thread (`plan.processes` may be ProcessHeads)."""
+    out.write(head_packets(plan))
+
+
+def head_packets(plan: Plan) -> bytes:
+    """`write_head`'s bytes, encoded by hand as protobuf writes them (fields in number order;
+    proto2: every field set is written, 0 and "" too); through protobuf (`head_by_protobuf`,
+    which also refuses what it refuses) when a value is not an int in its field's range or a str."""
+    try:
+        packets = [_packet(_SEQUENCE + varint(SEQUENCE_ID) + b"\x68" + varint(_CLEARED))]
+        packets += [_packet(packet) for packet in descriptor_packets(plan)]
+    except _NotPlain:
+        return head_by_protobuf(plan)
+    return b"".join(packets)
+
+
+def head_by_protobuf(plan: Plan) -> bytes:
+    """`head_packets` through Perfetto's protos."""
+    from perfetto.trace_builder.proto_builder import TraceProtoBuilder
+
     builder = TraceProtoBuilder()
     start = builder.add_packet()
     start.trusted_packet_sequence_id = SEQUENCE_ID
-    start.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    start.sequence_flags = _CLEARED
     add_descriptor_packets(builder, plan)
-    out.write(builder.serialize())
+    return builder.serialize()
 
 
 def process_encoder(processes: list[Process], encoder: _EventEncoder | None = None):
@@ -343,12 +390,7 @@ class _Interned:
         """`packet` before and after its P, framed by hand around the interned data encoded once:
         TracePacket's trusted_packet_sequence_id (10), interned_data (12), sequence_flags (13)."""
         if self.packet_pieces is None:
-            interned = pb.InternedData()
-            for name, iid in self.names.items():
-                interned.event_names.add(iid=iid, name=name)
-            for name, iid in self.arg_names.items():
-                interned.debug_annotation_names.add(iid=iid, name=name)
-            data = interned.SerializeToString()
+            data = interned_data(self.names, self.arg_names)
             rest = b"\x62" + varint(len(data)) + data + b"\x68" + bytes([_CLEARED])
             head = _PACKET + varint(len(_SEQUENCE) + PID_FIELD_SIZE + len(rest)) + _SEQUENCE
             self.packet_pieces = (head, rest)
@@ -358,6 +400,28 @@ class _Interned:
         self.begins.clear()
         self.pinned.clear()
         self.begin_bytes = 0
+
+
+def interned_data(names: dict[str, int], arg_names: dict[str, int]) -> bytes:
+    """InternedData's fields, by hand as protobuf writes them: event_names = 2, then
+    debug_annotation_names = 3, each an EventName / DebugAnnotationName (iid = 1, name = 2)."""
+    try:
+        return b"".join([_message(tag, b"\x08" + varint(iid) + _text_field(b"\x12", name))
+                         for tag, table in ((b"\x12", names), (b"\x1a", arg_names)) for name, iid in table.items()])
+    except _NotPlain:
+        return interned_by_protobuf(names, arg_names)
+
+
+def interned_by_protobuf(names: dict[str, int], arg_names: dict[str, int]) -> bytes:
+    """`interned_data` through Perfetto's protos."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import InternedData
+
+    interned = InternedData()
+    for name, iid in names.items():
+        interned.event_names.add(iid=iid, name=name)
+    for name, iid in arg_names.items():
+        interned.debug_annotation_names.add(iid=iid, name=name)
+    return interned.SerializeToString()
 
 
 def interning_tables(names: list[str], args: list[dict[str, Any]] | None, rows: ArgsRows | None,
@@ -813,7 +877,7 @@ def timestamp_fields(times: list[int], ascending: bool = False) -> list[bytes]:
         return []
     if min(times) < 0 or max(times) >= 1 << 64:  # not a uint64: as varint() has it
         return [b"\x40" + varint(t) for t in times]
-    column = _TimestampColumn()
+    column = _timestamp_column()()
     column.timestamp.extend(times)
     data = column.SerializeToString()
     if ascending:
@@ -838,18 +902,23 @@ def ascending_fields(times: list[int], data: bytes) -> list[bytes]:
     return fields
 
 
-def _timestamp_column_class():
-    file = descriptor_pb2.FileDescriptorProto(name="et_convert/timestamp_column.proto", package="et_convert",
-                                              syntax="proto2")
-    message = file.message_type.add(name="TimestampColumn")
-    message.field.add(name="timestamp", number=8, type=descriptor_pb2.FieldDescriptorProto.TYPE_UINT64,
-                      label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED)  # proto2: not packed
+# FileDescriptorProto of "et_convert/timestamp_column.proto" (proto2, package et_convert): message
+# TimestampColumn { repeated uint64 timestamp = 8; } (proto2: not packed); serialized here so that
+# descriptor_pb2 need not be imported (tests compare it with the one built through descriptor_pb2)
+TIMESTAMP_COLUMN_FILE = (b'\n!et_convert/timestamp_column.proto\x12\net_convert"$\n\x0fTimestampColumn'
+                         b'\x12\x11\n\ttimestamp\x18\x08 \x03(\x04b\x06proto2')
+
+
+@functools.cache
+def _timestamp_column():
+    """The message class of TIMESTAMP_COLUMN_FILE (protobuf imported on first use)."""
+    from google.protobuf import descriptor_pool, message_factory
+
     pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
+    pool.AddSerializedFile(TIMESTAMP_COLUMN_FILE)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("et_convert.TimestampColumn"))
 
 
-_TimestampColumn = _timestamp_column_class()
 _TIMESTAMP_FIELD_SIZE = [1 + max(1, (bits + 6) // 7) for bits in range(65)]  # tag + varint, by bit length
 _FIELDS_OF_SIZE = {size: re.compile(b"(?s).{%d}" % size) for size in range(2, 12)}  # see `ascending_fields`
 
@@ -861,7 +930,61 @@ def process_uuid(process: Process) -> int:
     return PROCESS_UUID_BASE + process.pid
 
 
-def add_descriptor_packets(builder: TraceProtoBuilder, plan: Plan) -> None:
+class _NotPlain(ValueError):
+    """A value `descriptor_packets` leaves to protobuf."""
+
+
+_INT32 = (-(1 << 31), 1 << 31)
+_UINT64 = (0, 1 << 64)
+_TRACK_DESCRIPTOR = b"\xe2\x03"  # TracePacket.track_descriptor = 60 (message)
+
+
+def descriptor_packets(plan: Plan) -> list[bytes]:
+    """TracePacket's fields of each track descriptor (`add_descriptor_packets`): its sequence id,
+    then TrackDescriptor: uuid = 1, process = 3 (ProcessDescriptor: pid = 1, legacy_sort_index = 3,
+    process_name = 6) or thread = 4 (ThreadDescriptor: pid = 1, tid = 2, legacy_sort_index = 3,
+    thread_name = 5); ints as varints (a negative one as its 64-bit two's complement)."""
+    sequence = _SEQUENCE + varint(SEQUENCE_ID) + _TRACK_DESCRIPTOR
+    packets = []
+    for process in plan.processes:
+        pid = _int_field(b"\x08", process.pid, _INT32)
+        fields = pid + _int_field(b"\x18", process.rank, _INT32) + _text_field(b"\x32", process.name)
+        track = _int_field(b"\x08", process_uuid(process), _UINT64) + _message(b"\x1a", fields)
+        packets.append(_message(sequence, track))
+        for thread in process.threads:
+            fields = (pid + _int_field(b"\x10", thread.tid, _INT64) + _int_field(b"\x18", thread.sort_index, _INT32)
+                      + _text_field(b"\x2a", thread.name))
+            uuid = _int_field(b"\x08", thread_uuid(process.pid, thread.sort_index), _UINT64)
+            packets.append(_message(sequence, uuid + _message(b"\x22", fields)))
+    return packets
+
+
+def _packet(fields: bytes) -> bytes:
+    return _message(_PACKET, fields)
+
+
+def _message(tag: bytes, fields: bytes) -> bytes:
+    return tag + varint(len(fields)) + fields
+
+
+def _int_field(tag: bytes, value: int, bounds: tuple[int, int]) -> bytes:
+    if value.__class__ is not int or not bounds[0] <= value < bounds[1]:
+        raise _NotPlain(value)
+    return tag + varint(value & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+def _text_field(tag: bytes, value: str) -> bytes:
+    if value.__class__ is not str:
+        raise _NotPlain(value)
+    try:
+        text = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _NotPlain(value) from None
+    return tag + varint(len(text)) + text
+
+
+def add_descriptor_packets(builder, plan: Plan) -> None:
+    """The track descriptors through protobuf (`builder`: a `TraceProtoBuilder`), see `descriptor_packets`."""
     for process in plan.processes:
         packet = builder.add_packet()
         packet.trusted_packet_sequence_id = SEQUENCE_ID
@@ -980,7 +1103,9 @@ def _annotation(name_iid: int, value: Any) -> bytes:
     elif isinstance(value, int) and _INT64[0] <= value < _INT64[1]:
         body = b"\x20" + varint(value & 0xFFFF_FFFF_FFFF_FFFF)
     elif isinstance(value, int):  # out of int64: as protobuf has it (it refuses)
-        event = pb.TrackEvent()
+        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+
+        event = TrackEvent()
         add_annotations(event, {"": value}, {"": name_iid})
         return event.SerializeToString()
     elif isinstance(value, float):
