@@ -19,6 +19,7 @@ from converters.writers import perfetto
 from converters.writers.layout_chrome import plan_trace
 from test_chrome import small_trace
 from test_chrome_encoding import shared_trace
+from test_perfetto import random_trace
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 TEXT = st.text(max_size=12)
@@ -115,3 +116,58 @@ def test_importing_the_writer_loads_no_protobuf():
             "b = [m for m in sys.modules if m.startswith('perfetto')]; print(a, b)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[] []"
+
+
+# -- the writing order: `slot_order` (no step per slice) against `generation_order`
+
+def writing_codes(layout, events) -> list[int]:
+    """Codes sorted by (ts, slot), stable over `events(layout)`, as `_Columns` sorts them."""
+    slot_bits = max(layout.slots, default=0).bit_length()
+    keys = [t << slot_bits | s for t, s in zip(layout.ends + layout.starts, layout.slots + layout.slots)]
+    return sorted(events(layout), key=keys.__getitem__)
+
+
+def layouts_of(trace, timeline=None):
+    return [p.layout for p in plan_trace(trace, Options(ranks="all"), Diagnostics(), timeline).processes]
+
+
+@settings(max_examples=300, deadline=None)
+@given(random_trace(), st.booleans())
+def test_slot_order_sorts_as_generation_order(trace, positive):
+    """Many equal starts and ends, nested sub-operations; with `positive`, no slice of zero
+    duration (`slot_order`'s own way; with some, it is `generation_order`)."""
+    if positive:
+        for rank in trace.ranks.values():
+            for node in rank.nodes:
+                node.duration_ns = max(1, node.duration_ns)
+    for layout in layouts_of(trace):
+        assert writing_codes(layout, perfetto.slot_order) == writing_codes(layout, perfetto.generation_order)
+
+
+def test_slot_order_of_shared_layouts():
+    trace, timeline = shared_trace()
+    for layout in layouts_of(small_trace()) + layouts_of(trace, timeline):
+        assert writing_codes(layout, perfetto.slot_order) == writing_codes(layout, perfetto.generation_order)
+
+
+@given(st.integers(1, 11), st.integers(0, 2000), st.integers(0, 30))
+def test_cut_fields_are_slices(size, count, offset):
+    data = bytes(range(256)) * ((offset + size * count) // 256 + 1)
+    assert perfetto.cut_fields(data, offset, size, count) == [
+        data[offset + k * size:offset + (k + 1) * size] for k in range(count)]
+
+
+def test_flow_tails_packed_in_one_call_are_the_same(monkeypatch):
+    """Slots of one byte: a begin's flow head, id and flags packed by one struct; else joined."""
+    import io
+
+    def written() -> bytes:
+        out = io.BytesIO()
+        trace, timeline = shared_trace()
+        for tr, tl in ((small_trace(), None), (trace, timeline)):
+            perfetto.write_plan(plan_trace(tr, Options(ranks="all"), Diagnostics(), tl), out)
+        return out.getvalue()
+
+    packed = written()
+    monkeypatch.setattr(perfetto, "MAX_ONE_BYTE_SLOT", -1)
+    assert written() == packed
