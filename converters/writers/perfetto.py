@@ -6,7 +6,7 @@ compare with the `perfetto` package's protos): the track descriptors field by fi
 millions of slice events framed from bytes encoded once (see "slice events" below) and written one process (rank) at a time, so a
 rank's args are built, written and freed before the next rank's (as the JSON writer does).
 A rank with a node list of its own (each rank of a log) encodes its annotations from
-`ArgsRows` (`row_begin_heads`): each args shape's fixed pieces once, its nodes' own fields
+`ArgsRows` (`row_begin_bodies`): each args shape's fixed pieces once, its nodes' own fields
 per value, no dict per slice.
 
 Packet stream:
@@ -507,12 +507,14 @@ class _EventEncoder:
             parts = self.member_parts(columns, interned, process, pid, own)
             if parts is not None:
                 return parts
-        # the begins' heads and tails by position (as the layout has them), framed in writing order
+        # the begins' bodies (head, then tail) by position (as the layout has them), framed in writing order
+        tails = self.begin_tails(layout, process)
         if rows is not None:
-            heads = self.row_begin_heads(interned, process.names, rows)
+            bodies = self.row_begin_bodies(interned, process.names, rows, tails)
         else:
-            heads = self.begin_heads(interned, process.names, args)
-        return _prepend(interned.packet(pid), self.frame(columns, heads, pid, self.begin_tails(layout, process)))
+            bodies = list(map(operator.add, self.begin_heads(interned, process.names, args), tails))
+        del tails
+        return _prepend(interned.packet(pid), self.frame(columns, bodies, pid))
 
     # -- processes drawn with a shared layout (the ranks of a stage in a scheduled trace)
     #
@@ -647,12 +649,11 @@ class _EventEncoder:
                                           for piece, old, tail in zip(pieces_before, kept, tails)]))
         list(map(columns.tails.__setitem__, events, tails))
 
-    def frame(self, columns: _Columns, heads: list[bytes], pid: bytes, tails: list[bytes]) -> list[bytes]:
-        """The pieces of every packet of a layout's events, with these begins' heads and tails
-        (by position, see `begin_tails`) and this P."""
-        sizes = map(operator.add, map(len, heads), map(len, tails))
-        begin_rests = list(map(b"".join, zip(map(self.sequence_event_heads.__getitem__, map(operator.sub, sizes, repeat(
-            len(_FLAGS)))), heads, tails)))
+    def frame(self, columns: _Columns, bodies: list[bytes], pid: bytes) -> list[bytes]:
+        """The pieces of every packet of a layout's events, with these begins' bodies (by
+        position: a head, see `begin_heads`, then its tail, see `begin_tails`) and this P."""
+        sizes = map(operator.sub, map(len, bodies), repeat(len(_FLAGS)))  # the event's length
+        begin_rests = list(map(operator.add, map(self.sequence_event_heads.__getitem__, sizes), bodies))
         rests = list(map(self.end_rests.__getitem__, columns.slots))
         list(map(rests.__setitem__, columns.begin_at, map(begin_rests.__getitem__, columns.begin_positions)))
         del begin_rests
@@ -700,9 +701,10 @@ class _EventEncoder:
         interned.begins.update(zip(missing, self.new_begins(interned, [names[j] for j in new], [args[j] for j in new])))
         return list(map(interned.begins.__getitem__, keys))
 
-    def row_begin_heads(self, interned: _Interned, names: list[str], rows: ArgsRows) -> list[bytes]:
-        """`begin_heads` of every position, from args shapes: each shape's fixed annotations
-        encoded once, the own fields' ones per value."""
+    def row_begin_bodies(self, interned: _Interned, names: list[str], rows: ArgsRows, tails: list[bytes]) -> list[bytes]:
+        """`begin_heads` of every position, each followed by its tail (`tails`), from args
+        shapes: each shape's fixed annotations encoded once, the own fields' ones per value,
+        name fields and tail filled in by the same `%` (one bytes made per begin)."""
         # the previous process's formats, if it had the same interning: ranks next to each other share shapes
         # else one of the same items: the ranks of a log have shapes of their own, most of them alike
         previous, formats, alike = interned.args.shape_formats, {}, interned.args.formats_by_items
@@ -724,11 +726,13 @@ class _EventEncoder:
         arg_names, annotations = interned.arg_names, interned.annotations
         values = [annotations.column(key, column) if key in arg_names else [b""] * len(column)
                   for key, column in zip(OWN_FIELDS, rows.columns)]
-        texts = map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values))
-        return list(map(operator.add, texts, map(interned.name_fields.__getitem__, names)))
+        values.append(map(interned.name_fields.__getitem__, names))
+        values.append(tails)
+        return list(map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values)))
 
     def shape_format(self, interned: _Interned, shape: ArgsShape) -> bytes:
-        """The shape's annotations with a `%b` per own field, a `%.0b` per other field, in OWN_FIELDS order."""
+        """The shape's annotations with a `%b` per own field, a `%.0b` per other field, in
+        OWN_FIELDS order; then a `%b` for the name fields (`_NameFields`) and one for the tail."""
         parts = []
         next_field = 0
         for key, value, f in shape.items:
@@ -737,7 +741,7 @@ class _EventEncoder:
             else:
                 parts.append(b"%.0b" * (f - next_field) + b"%b")
                 next_field = f + 1
-        parts.append(b"%.0b" * (len(OWN_FIELDS) - next_field))
+        parts.append(b"%.0b" * (len(OWN_FIELDS) - next_field) + b"%b%b")
         return b"".join(parts)
 
     def new_begins(self, interned: _Interned, names: list[str], args: list[dict[str, Any]]) -> list[bytes]:
