@@ -10,6 +10,7 @@ and prints each writer's best CPU time. `--profile`: cProfile of one `.pftrace` 
 from __future__ import annotations
 
 import argparse
+import os
 import cProfile
 import pstats
 import sys
@@ -23,16 +24,15 @@ from converters.api import read, schedule  # noqa: E402
 from converters.diagnostics import Diagnostics  # noqa: E402
 from converters.options import Options  # noqa: E402
 from converters.writers import chrome, perfetto  # noqa: E402
-from converters.writers.layout_chrome import plan_trace  # noqa: E402
+from converters.writers.layout_chrome import plan_trace, write_parts  # noqa: E402
 
 
 def encode_all(plan, module) -> int:
     encoder = module.new_encoder()
-    size = 0
-    for process in plan.processes:
-        for piece in module.process_encoder([process], encoder)(process):
-            size += len(piece)
-    return size
+    with open(os.devnull, "wb") as out:
+        for process in plan.processes:
+            write_parts(out, module.process_encoder([process], encoder)(process))
+        return sum(len(p.names) for p in plan.processes)
 
 
 def main() -> None:
@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("input", type=Path)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--only", choices=("chrome", "perfetto"), help="time this writer alone")
     args = parser.parse_args()
     trace = read(args.input, diagnostics=Diagnostics())
     plan = plan_trace(trace, Options(ranks="all"), Diagnostics(), schedule(trace))
@@ -50,14 +51,14 @@ def main() -> None:
         return
     best = {}
     for _ in range(args.runs):
-        for module in (chrome, perfetto):
+        for module in (chrome, perfetto) if args.only is None else ({"chrome": chrome, "perfetto": perfetto}[args.only],):
             cpu = time.process_time()
             size = encode_all(plan, module)
             cpu = time.process_time() - cpu
             name = module.__name__.rsplit(".", 1)[-1]
             best[name] = min(best.get(name, (cpu, size)), (cpu, size))
     for name, (cpu, size) in best.items():
-        print(f"{name:8s} {cpu:.3f} s CPU, {size / 1e6:.1f} MB ({plan.slice_count:,} slices)")
+        print(f"{name:8s} {cpu:.3f} s CPU ({plan.slice_count:,} slices)")
 
 
 if __name__ == "__main__":
