@@ -85,6 +85,8 @@ def varint(value: int) -> bytes:
 
             return framing_varint(value)
         return _ONE_BYTE_VARINTS[value]
+    if value < 0x4000:  # lengths and iids: two bytes
+        return bytes((value & 0x7F | 0x80, value >> 7))
     out = bytearray()
     while value > 0x7F:
         out.append(value & 0x7F | 0x80)
