@@ -304,15 +304,16 @@ def event_size(uuid_start: bytes, after: bytes) -> int:
 
 
 class _Prefixed(dict):
-    """n -> `prefix + varint(n) + suffix`, made when first asked for (lengths and slots repeat)."""
+    """n -> `prefix + varint(n - less) + suffix`, made when first asked for (lengths and slots repeat)."""
 
-    def __init__(self, prefix: bytes, suffix: bytes = b""):
+    def __init__(self, prefix: bytes, suffix: bytes = b"", less: int = 0):
         super().__init__()
         self.prefix = prefix
         self.suffix = suffix
+        self.less = less
 
     def __missing__(self, n: int) -> bytes:
-        text = self[n] = self.prefix + varint(n) + self.suffix
+        text = self[n] = self.prefix + varint(n - self.less) + self.suffix
         return text
 
 
@@ -457,7 +458,8 @@ class _EventEncoder:
         self.end_pieces = _EndPieces()
         self.pid = b""  # the P of the process being framed (`start_sequence`)
         self.end_rests = _EndRests(b"", self.end_pieces)
-        self.sequence_event_heads = _Prefixed(b"")  # event length -> sequence id field, event tag and length
+        # a begin's body length (its event's and the sequence flags) -> sequence id field, event tag and length
+        self.sequence_event_heads = _Prefixed(b"")
         self.flow_heads = _FlowHeads(b"")  # slot << 2 | flow direction -> its bytes, P and the flow's tag
         self.slot_tails = _SlotPids(b"", _FLAGS)  # slot -> its bytes, P and the sequence flags
 
@@ -479,7 +481,7 @@ class _EventEncoder:
         if mine != self.pid:
             self.pid = mine
             self.end_rests = _EndRests(mine, self.end_pieces)
-            self.sequence_event_heads = _Prefixed(_SEQUENCE + mine + _TRACK_EVENT)
+            self.sequence_event_heads = _Prefixed(_SEQUENCE + mine + _TRACK_EVENT, less=len(_FLAGS))
             self.flow_heads = _FlowHeads(mine)
             self.slot_tails = _SlotPids(mine, _FLAGS)
         return mine
@@ -654,10 +656,9 @@ class _EventEncoder:
     def frame(self, columns: _Columns, bodies: list[bytes], pid: bytes) -> list[bytes]:
         """The pieces of every packet of a layout's events, with these begins' bodies (by
         position: a head, see `begin_heads`, then its tail, see `begin_tails`) and this P."""
-        sizes = map(operator.sub, map(len, bodies), repeat(len(_FLAGS)))  # the event's length
         # each event's packet after its timestamp, by code (ends, then begins, by position), then in writing order
         rests = list(map(self.end_rests.__getitem__, columns.layout_slots))
-        rests += map(operator.add, map(self.sequence_event_heads.__getitem__, sizes), bodies)
+        rests += map(operator.add, map(self.sequence_event_heads.__getitem__, map(len, bodies)), bodies)
         rests = list(map(rests.__getitem__, columns.codes))
         stamps = columns.stamps
         n = len(stamps)
