@@ -171,3 +171,13 @@ def test_flow_tails_packed_in_one_call_are_the_same(monkeypatch):
     packed = written()
     monkeypatch.setattr(perfetto, "MAX_ONE_BYTE_SLOT", -1)
     assert written() == packed
+
+
+@given(st.integers(1, 20000), st.one_of(st.none(), st.booleans(), st.integers(-(2**64), 2**64), st.floats(), TEXT))
+def test_field_pieces_are_annotations(iid, value):
+    pieces = perfetto._FieldPieces(iid)
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:  # out of int64: refused as protobuf refuses it
+        with pytest.raises(ValueError):
+            pieces[value]
+        return
+    assert pieces[value] == (b"" if value is None else perfetto._annotation(iid, value))

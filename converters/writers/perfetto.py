@@ -1114,9 +1114,20 @@ class _FieldPieces(dict):
     def __init__(self, name_iid: int):
         super().__init__({None: b""})
         self.name_iid = name_iid
+        self.name_field = b"\x08" + varint(name_iid)
 
     def __missing__(self, value: Any) -> bytes:
-        text = self[value] = _annotation(self.name_iid, value)
+        # a node id or a source (a log's own fields are mostly distinct): `_annotation`'s bytes,
+        # with the name field made once
+        if value.__class__ is int and 0 <= value < _INT64[1]:
+            body = self.name_field + b"\x20" + varint(value)
+        elif value.__class__ is str:
+            data = value.encode("utf-8")
+            body = self.name_field + b"\x32" + varint(len(data)) + data
+        else:
+            text = self[value] = _annotation(self.name_iid, value)
+            return text
+        text = self[value] = _ANNOTATION + varint(len(body)) + body
         return text
 
 
