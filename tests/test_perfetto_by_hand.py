@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from converters._proto import wire
 from converters.diagnostics import Diagnostics
 from converters.options import Options
 from converters.writers import perfetto
@@ -38,10 +37,16 @@ def test_pb_is_still_the_modules_attribute():
         perfetto.no_such_name  # noqa: B018
 
 
-@given(st.integers(-(2**14), 2**70))
-def test_varint_is_the_framings_for_any_int(n):
-    """Also for a negative int (not a uint64), as the writer had it before."""
-    assert perfetto.varint(n) == wire.varint(n)
+@given(st.integers(-(2**63), 2**64 - 1))
+def test_varint_is_protobufs_for_any_int64_or_uint64(n):
+    # a TracePacket's timestamp is a uint64; a FieldDescriptorProto's number an int32, whose
+    # negative values protobuf writes as an int64's ten bytes
+    if n >= 0:
+        assert pb.TracePacket(timestamp=n).SerializeToString() == b"\x40" + perfetto.varint(n)
+    if -(2**31) <= n < 2**31:
+        from google.protobuf import descriptor_pb2
+
+        assert descriptor_pb2.FieldDescriptorProto(number=n).SerializeToString() == b"\x18" + perfetto.varint(n)
 
 
 def fake_plan(processes) -> SimpleNamespace:
@@ -181,3 +186,4 @@ def test_field_pieces_are_annotations(iid, value):
             pieces[value]
         return
     assert pieces[value] == (b"" if value is None else perfetto._annotation(iid, value))
+

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 from ..model import WireAttr
 from . import et_def_pb2 as pb
+from .varint import varint
 
 # oneof member -> element type ("int", "float", "bool", "str", "bytes"), and whether it is a list.
 ATTR_KINDS: dict[str, tuple[str, bool]] = {}
@@ -49,26 +50,6 @@ class FramingError(Exception):
         super().__init__(message)
         self.offset = offset
         self.message = message
-
-
-_SMALL_VARINTS = [bytes((n,)) for n in range(0x80)]  # lengths, ids and slots are mostly small
-# Every value below 2**14 encoded (one or two bytes), and the same 14 bits followed by more (two
-# bytes, both with the continuation bit): a varint is then a few table look-ups, 14 bits each,
-# instead of a Python step per 7 bits (a measured trace's start times take 5 bytes).
-_VARINTS_14 = _SMALL_VARINTS + [bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(0x80, 1 << 14)]
-_CONTINUED_14 = [bytes(((n & 0x7F) | 0x80, (n >> 7) | 0x80)) for n in range(1 << 14)]
-
-
-def varint(value: int) -> bytes:
-    """A non-negative int as protobuf writes it (unsigned LEB128), e.g. a message's length prefix."""
-    if value < 0x4000:
-        return _VARINTS_14[value]
-    out = _CONTINUED_14[value & 0x3FFF]
-    value >>= 14
-    while value >= 0x4000:
-        out += _CONTINUED_14[value & 0x3FFF]
-        value >>= 14
-    return out + _VARINTS_14[value]
 
 
 def frames(data: bytes | memoryview) -> Iterator[tuple[int, int, int]]:

@@ -46,6 +46,7 @@ from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .._proto.varint import varint
 from ..diagnostics import Diagnostics
 from ..gc_pause import paused_gc
 from ..timeline import Timeline
@@ -76,26 +77,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def varint(value: int) -> bytes:
-    """A non-negative int as protobuf writes it (unsigned LEB128); a negative one (not a uint64,
-    e.g. a time before the trace's origin) as the Chakra framing's varint has it."""
-    if value < 0x80:
-        if value < 0:
-            from .._proto.wire import varint as framing_varint
-
-            return framing_varint(value)
-        return _ONE_BYTE_VARINTS[value]
-    if value < 0x4000:  # lengths and iids: two bytes
-        return bytes((value & 0x7F | 0x80, value >> 7))
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_ONE_BYTE_VARINTS = [bytes([n]) for n in range(0x80)]
 
 
 def write(trace, output, options=None, diagnostics: Diagnostics | None = None, timeline: Timeline | None = None) -> None:
