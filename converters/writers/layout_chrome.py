@@ -139,8 +139,9 @@ class ArgsShape:
 
     `items`: (key, value, field) in the args' order; `field` is the index in OWN_FIELDS of
     a value each slice takes from its `ArgsRows.columns`, or -1 for `value`, the same in
-    every slice of the shape. Fields increase along the items (writers fill them in order). A log's args are a distinct dict per node, but only a few
-    thousand shapes per rank: writers encode a shape once and fill in the values.
+    every slice of the shape. Fields increase along the items (writers fill them in order).
+    A log's args are a distinct dict per node, but only a few hundred shapes per rank:
+    writers encode a shape once and fill in the values.
     """
 
     __slots__ = ("items", "chrome_format")
