@@ -162,15 +162,12 @@ def whole_files(surveys: list[FileSurvey]) -> list[FileSurvey]:
 
 
 def _joined(one: FileSurvey, other: FileSurvey) -> FileSurvey:
-    """Two shares of a file's survey as one (the records are left where they were)."""
+    """Two shares of a file's survey as one (the records are left where they were; the warnings
+    are share 0's, which the runner merged before the plan)."""
     ranks = dict(sorted({**one.ranks, **other.ranks}.items(), key=lambda item: item[1].first.line))
-    diagnostics = Diagnostics()
-    diagnostics.merge(one.diagnostics)
-    diagnostics.merge(other.diagnostics)
     return replace(one, counts=tuple(map(operator.add, one.counts, other.counts)), ranks=ranks,
                    simulation=_first_line(one.simulation, other.simulation),
-                   problem=_first_line(one.problem, other.problem), diagnostics=diagnostics, records=None,
-                   share=None)
+                   problem=_first_line(one.problem, other.problem), records=None, share=None)
 
 
 def _first_line(one, other):

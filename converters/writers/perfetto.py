@@ -1031,7 +1031,7 @@ def _message(tag: bytes, fields: bytes) -> bytes:
 def _int_field(tag: bytes, value: int, bounds: tuple[int, int]) -> bytes:
     if value.__class__ is not int or not bounds[0] <= value < bounds[1]:
         raise _NotPlain(value)
-    return tag + varint(value & 0xFFFF_FFFF_FFFF_FFFF)
+    return tag + varint(value)
 
 
 def _text_field(tag: bytes, value: str) -> bytes:
@@ -1173,7 +1173,7 @@ def _annotation(name_iid: int, value: Any) -> bytes:
     elif isinstance(value, bool):
         body = b"\x10" + (b"\x01" if value else b"\x00")
     elif isinstance(value, int) and _INT64[0] <= value < _INT64[1]:
-        body = b"\x20" + varint(value & 0xFFFF_FFFF_FFFF_FFFF)
+        body = b"\x20" + varint(value)
     elif isinstance(value, int):  # out of int64: as protobuf has it (it refuses)
         from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
