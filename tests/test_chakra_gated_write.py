@@ -3,6 +3,10 @@ refusal, nothing left behind (no file, no folder made for it), the same bytes an
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import converters
@@ -42,3 +46,28 @@ def test_workers_and_one_process_write_the_same_bytes_and_messages(tmp_path):
     assert outputs[0] == outputs[1] and outputs[2] == outputs[3]
     assert any("E042" in m and "--force" in m for m in outputs[2][1])
     assert sorted(outputs[0][0]) == ["w.0.et", "w.1.et", "w.comm_group.json"]
+
+
+def test_a_refusal_with_workers_never_hangs(tmp_path):
+    """The workers used to be a multiprocessing.Pool, whose terminate() after the refusal hung
+    about once in 200 runs (a CI run stopped on it). In a child process, so a hang fails here."""
+    code = (
+        "import sys, tempfile, pathlib\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import converters\n"
+        "from converters.diagnostics import InputError\n"
+        "from converters.options import Options\n"
+        "from test_chakra_gated_write import tp_pair\n"
+        "for i in range(300):\n"
+        "    try:\n"
+        "        converters.write(tp_pair(8), pathlib.Path(sys.argv[2]) / str(i) / 'w', to='chakra',"
+        " options=Options(jobs=2))\n"
+        "    except InputError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        sys.exit('written')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert list(tmp_path.iterdir()) == []

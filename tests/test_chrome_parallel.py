@@ -275,6 +275,45 @@ def test_a_failure_here_stops_the_workers():
     assert time.monotonic() - started < 30  # the sleeping workers were killed, not waited for
 
 
+def test_children_run_every_task_while_this_process_runs_meanwhile_and_ticks():
+    seen = []
+
+    def task(k):
+        time.sleep(0.5 if k == 1 else 0)
+        return k, os.getpid(), signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+    def tick():
+        seen.append("tick")
+        return True
+
+    results = forked.run_in_children(task, 3, "a test worker", meanwhile=lambda: seen.append("meanwhile"), tick=tick)
+    assert [r[0] for r in results] == [0, 1, 2]
+    assert os.getpid() not in {pid for _, pid, _ in results} and len({pid for _, pid, _ in results}) == 3
+    assert all(ignores for _, _, ignores in results)
+    assert seen[0] == "meanwhile" and 1 <= seen.count("tick") <= 10  # every 0.2 s while worker 1 sleeps
+
+
+def test_a_failing_meanwhile_kills_the_children_at_once():
+    def meanwhile():
+        raise InputError(None, "refused")
+
+    started = time.monotonic()
+    for _ in range(300):  # multiprocessing.Pool's terminate() hung about once in 200 of these
+        with pytest.raises(InputError, match="refused"):
+            forked.run_in_children(lambda k: time.sleep(60), 2, "a test worker", meanwhile)
+    assert time.monotonic() - started < 60  # not waited for: killed
+
+
+def test_a_child_error_arrives_whole_after_meanwhile():
+    def task(k):
+        if k == 1:
+            raise InputError("x.log:3", "expected a rank")
+        return k
+
+    with pytest.raises(InputError, match=r"x\.log:3: expected a rank"):
+        forked.run_in_children(task, 2, "a test worker")
+
+
 @pytest.mark.parametrize("weights,parts", [
     ([1] * 10, 3), ([100, 1, 1, 1], 2), ([1, 1, 1, 100], 2), ([5], 4), ([], 2), ([3, 3, 3, 3], 4), ([0, 0, 7], 3),
 ])

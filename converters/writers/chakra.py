@@ -23,9 +23,7 @@ exactly as its files were: same ids, deps, attributes and metadata.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import operator
-import signal
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -41,7 +39,7 @@ from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
 from ..options import Options
 from ..ranks import compact_ranks
 from .atomic import atomic_set
-from .forked import workers_for
+from .forked import run_in_children, workers_for
 
 SCHEMA_VERSION = "0.0.4"
 
@@ -176,25 +174,20 @@ def write_ranks_in_parallel(encoder: "RankEncoder", ranks: list[Rank], tmpdir: P
     """
     global _shared_state
     _shared_state = (encoder, ranks, tmpdir, name, jobs)
+
+    def files_written() -> bool:
+        bar.update(sum(1 for _ in tmpdir.glob("*.et")))
+        return bar.live
+
     try:
-        with multiprocessing.get_context("fork").Pool(jobs, initializer=_leave_ctrl_c_to_the_parent) as pool:
-            result = pool.map_async(_write_share, range(jobs))
-            if meanwhile is not None:
-                meanwhile()
-            while bar is not None and bar.live and not result.ready():
-                result.wait(0.2)
-                bar.update(sum(1 for _ in tmpdir.glob("*.et")))
-            counts = {}
-            for share in result.get():
-                counts.update(share)
-            return counts
+        shares = run_in_children(_write_share, jobs, "a worker writing the Chakra set", meanwhile,
+                                 files_written if bar is not None and bar.live else None)
     finally:
         _shared_state = None
-
-
-def _leave_ctrl_c_to_the_parent() -> None:
-    """Ctrl-C reaches the whole process group; the parent stops the pool, workers print nothing."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    counts = {}
+    for share in shares:
+        counts.update(share)
+    return counts
 
 
 def _write_share(worker: int) -> dict[int, tuple]:

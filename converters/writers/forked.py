@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import os
+import select
 import shutil
 import signal
 import tempfile
@@ -82,6 +83,33 @@ def run_forked_in_two_rounds(
             child.send(item)
         seconds = [second(0, items[0])] + [child.result(what) for child in children]
         return firsts, seconds
+    finally:
+        for child in children:
+            child.close()
+
+
+def run_in_children(task: Callable[[int], Any], jobs: int, what: str, meanwhile: Callable[[], None] | None = None,
+                    tick: Callable[[], bool] | None = None) -> list[Any]:
+    """`task(k)` for k in range(jobs), each in a forked child, while this process runs
+    `meanwhile()` and then, every 0.2 s until the children are done, `tick()` (while it returns
+    True). Their results in k order; an exception here, in `meanwhile` or in a child kills the
+    children and is raised (a child's as in `run_forked`).
+
+    Not `multiprocessing.Pool`: its `terminate()` (the way out when `meanwhile` fails) can hang
+    for ever in a race between its task-feeding thread and the workers' queue lock; a CI run
+    stopped on it.
+    """
+    children: list[_Child] = []
+    try:
+        for k in range(jobs):
+            children.append(_Child(k, task, None))
+        if meanwhile is not None:
+            meanwhile()
+        waiting = [child.results for child in children]
+        while tick is not None and waiting and tick():
+            ready, _, _ = select.select(waiting, [], [], 0.2)
+            waiting = [f for f in waiting if f not in ready]
+        return [child.result(what) for child in children]
     finally:
         for child in children:
             child.close()
