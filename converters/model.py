@@ -67,11 +67,12 @@ class SharedArgs(dict):
 
 class _NoDeps(list):
     """The empty, read-only `ctrl_deps` that many nodes share (a log's hundreds of thousands of
-    sub-operations: one empty list each held 16 MB of benchmark 7's 156). Like SharedArgs: to
-    change a node's, give it its own list."""
+    sub-operations: one empty list each held 16 MB of benchmark 7's 156); also the empty `deps`
+    of a communication skeleton's nodes (`rank_files.Skeleton`). Like SharedArgs: to change a
+    node's, give it its own list."""
 
     def _refuse(self, *args, **kwargs):
-        raise TypeError("this empty ctrl_deps is shared by many nodes; give the node its own list to change it")
+        raise TypeError("this empty list of dependencies is shared by many nodes; give the node its own list to change it")
 
     append = extend = insert = remove = pop = clear = sort = reverse = _refuse
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from converters.model import CollType, Node, NodeKind, Rank
 from converters.options import Options
-from converters.rank_files import (CROSS_RANK_CHECKS, PER_RANK_CHECKS, RankFacts, _reported_by, from_skeleton,
+from converters.rank_files import (CHECKED_ARGS, CROSS_RANK_CHECKS, PER_RANK_CHECKS, RankFacts, _reported_by, from_skeleton,
                                    skeleton)
 from validator_faults import FAULTS, inject, random_job
 
@@ -68,9 +68,46 @@ def test_the_skeleton_keeps_comm_nodes_and_their_waits_through_compute():
     nodes = [Node(0, "c", NodeKind.COMPUTE), Node(1, "ar", NodeKind.COLLECTIVE, deps=[0], coll=CollType.ALL_REDUCE, size=8),
              Node(2, "c", NodeKind.COMPUTE, deps=[1]), Node(3, "c", NodeKind.COMPUTE, deps=[2, 0]),
              Node(4, "s", NodeKind.SEND, deps=[3], peer=1, tag=0, size=8), Node(5, "r", NodeKind.RECV, ctrl_deps=[1, 3], peer=1, tag=1, size=8)]
-    rows = skeleton(Rank(0, nodes=nodes))
-    assert [(row[0], row[4]) for row in rows] == [(1, []), (4, [1]), (5, [1])]
-    back = from_skeleton(RankFacts(Rank(0), rows, True, 0, ""))
+    back = from_skeleton(RankFacts(Rank(0), skeleton(Rank(0, nodes=nodes)), True, 0, ""))
     assert [(n.id, n.kind, n.coll, n.deps, n.peer, n.tag, n.size) for n in back.nodes] == [
         (1, NodeKind.COLLECTIVE, CollType.ALL_REDUCE, [], None, None, 8),
         (4, NodeKind.SEND, None, [1], 1, 0, 8), (5, NodeKind.RECV, None, [1], 1, 1, 8)]
+
+
+COMM = st.sampled_from([NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV])
+MAYBE_INT = st.one_of(st.none(), st.integers(-5, 300), st.integers(1 << 62, 1 << 70))
+
+
+@st.composite
+def comm_nodes(draw):
+    """Communication nodes only (each keeps its dependencies as they are), with every field
+    drawn: None, small ints, ints beyond int64, args the checks read and others."""
+    count = draw(st.integers(0, 12))
+    nodes = []
+    for i in range(count):
+        kind = draw(COMM)
+        nodes.append(Node(
+            i, draw(st.sampled_from(["ar", "send", "recv", "é"])), kind,
+            duration_ns=draw(st.integers(0, 1 << 40)), deps=draw(st.lists(st.integers(0, max(i - 1, 0)), max_size=3)) if i else [],
+            coll=draw(st.sampled_from(list(CollType))) if kind is NodeKind.COLLECTIVE else None,
+            size=draw(st.one_of(st.integers(0, 1 << 40), st.integers(1 << 63, 1 << 66))),
+            group=draw(MAYBE_INT), peer=draw(MAYBE_INT), tag=draw(MAYBE_INT), start_ns=draw(MAYBE_INT),
+            stream=draw(st.sampled_from(["", "tp", "pp"])), parent=draw(MAYBE_INT), microbatch=draw(MAYBE_INT),
+            args=draw(st.dictionaries(st.sampled_from(["dtype", "shape", "fused", "op", "stage"]),
+                                      st.one_of(st.none(), st.integers(), st.text(max_size=3)), max_size=4)),
+        ))
+    return nodes
+
+
+@settings(max_examples=200, deadline=None)
+@given(nodes=comm_nodes())
+def test_a_skeleton_gives_back_its_nodes_with_the_checked_args(nodes):
+    import pickle
+
+    sent = pickle.loads(pickle.dumps(skeleton(Rank(0, nodes=nodes))))  # as it crosses processes
+    back = from_skeleton(RankFacts(Rank(0), sent, True, 0, "")).nodes
+    fields = ("id", "name", "kind", "duration_ns", "deps", "coll", "size", "group", "peer", "tag", "start_ns",
+              "stream", "parent", "microbatch")
+    assert [tuple(getattr(n, f) for f in fields) for n in back] == [tuple(getattr(n, f) for f in fields) for n in nodes]
+    assert [n.args for n in back] == [{k: v for k, v in n.args.items() if k in CHECKED_ARGS} for n in nodes]
+    assert all(n.ctrl_deps == [] and n.source is None for n in back)
