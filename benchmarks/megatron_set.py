@@ -2,6 +2,11 @@
 128 microbatches, 32 layers; about 46 MB), written by the tests' generator in the samples' format.
 
     python benchmarks/megatron_set.py DIRECTORY     # writes DIRECTORY/rank0.log ... rank15.log
+    python benchmarks/megatron_set.py DIRECTORY --jitter 5   # every rank's sub-operations shortened a little
+
+The plain set's ranks of one stage log the same times (the generator simulates one clock per
+stage), which lets anything that recognises equal ranks skip work that measured ranks, never
+equal, would cost; `--jitter N` draws each sub-operation's start up to N × 0.01 ms later per rank.
 
 `make bench` recreates it under benchmarks/work/ (never committed).
 """
@@ -14,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def write_set(directory: Path) -> list[Path]:
+def write_set(directory: Path, jitter: int = 0) -> list[Path]:
     """The 16 rank files, made once per directory (the generator takes a few seconds)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from helpers.megatron_synth import write_run
@@ -23,9 +28,10 @@ def write_set(directory: Path) -> list[Path]:
     existing = sorted(directory.glob("rank*.log"))
     if len(existing) == 16:
         return existing
-    return write_run(directory, stages=4, tp=2, dp=2, microbatches=128, layers=32)
+    return write_run(directory, stages=4, tp=2, dp=2, microbatches=128, layers=32, jitter=jitter)
 
 
 if __name__ == "__main__":
-    paths = write_set(Path(sys.argv[1]))
+    jitter = int(sys.argv[sys.argv.index("--jitter") + 1]) if "--jitter" in sys.argv else 0
+    paths = write_set(Path(sys.argv[1]), jitter)
     print(f"{len(paths)} logs, {sum(p.stat().st_size for p in paths) / 1e6:.1f} MB in {sys.argv[1]}")

@@ -522,3 +522,22 @@ def test_a_complete_run_takes_pp_from_its_last_stage_not_from_a_long_warmup(tmp_
     diagnostics = Diagnostics()
     trace = read(gpipe, diagnostics)
     assert trace.parallel.pp == 2  # not 6, what 6 forwards before the first backward would say under 1F1B
+
+
+def test_jitter_makes_every_rank_distinct_and_keeps_the_run_clean(tmp_path):
+    plain = read(write_run(tmp_path / "plain", stages=2, tp=2, dp=2, microbatches=4))
+    shaken = read(write_run(tmp_path / "jitter", stages=2, tp=2, dp=2, microbatches=4, jitter=5))
+
+    def subs(rank):
+        return [(n.start_ns, n.duration_ns, n.start_ns + n.duration_ns) for n in rank.nodes if n.parent is not None]
+
+    # ranks 0-3 run stage 0: the same sub-operations without jitter, all different with it
+    assert subs(plain.ranks[0]) == subs(plain.ranks[1]) == subs(plain.ranks[2])
+    assert len({tuple(subs(rank)) for rank in shaken.sorted_ranks()}) == 8
+    for before, after in zip(plain.sorted_ranks(), shaken.sorted_ranks()):
+        old, new = subs(before), subs(after)
+        assert [end for *_, end in new] == [end for *_, end in old]  # each ends as it did
+        assert all(0 <= s1 - s0 <= 50_000 for (s0, *_), (s1, *_) in zip(old, new))  # up to 5 ticks of 0.01 ms later
+        assert any(s1 != s0 for (s0, *_), (s1, *_) in zip(old, new))
+    findings = run_checks(shaken)
+    assert [f for f in findings if f.severity in ("error", "warning")] == []

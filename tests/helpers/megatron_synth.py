@@ -23,6 +23,7 @@ written and may change it or drop it (None). Ready-made edits: `drop_op`, `repla
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -73,8 +74,14 @@ def run_lines(
     seq: int = 512,
     hidden: int = 1024,
     dtype: str = "torch.float32",
+    jitter: int = 0,
 ) -> dict[int, list[str]]:
-    """rank -> its log lines (no newlines), in program order."""
+    """rank -> its log lines (no newlines), in program order.
+
+    `jitter` > 0: each TP all-reduce (sub-operation) starts up to that many ticks later than
+    its stage's, drawn per rank, and ends as before. Without it the ranks of one stage log the
+    same times, which measured ranks never do; with it no two ranks' graphs are equal.
+    """
     timing = timing or Timing()
     programs = {s: _program(stages, s, microbatches, embedding) for s in range(stages)}
     clock = round(start_ms * TICKS_PER_MS)
@@ -90,6 +97,8 @@ def run_lines(
             t + tp * (d + dp * s): [op for timed in per_iteration for op in timed[s]]
             for s in range(stages) for d in range(dp) for t in range(tp)
         }
+        if jitter:
+            per_rank = {rank: _jittered(ops, random.Random(rank), jitter) for rank, ops in per_rank.items()}
     return {
         rank: [_line(rank, op, subop_stamp, scaling, seq, hidden, dtype, tp) for op in ops]
         for rank, ops in sorted(per_rank.items())
@@ -312,6 +321,14 @@ def _tp_allreduces(op: _Op, layers: int, length: int) -> list[tuple[int, int]]:
     if count == 1:
         return [(op.end - length, op.end)]
     return [(op.start + room * k // (count - 1), op.start + room * k // (count - 1) + length) for k in range(count)]
+
+
+def _jittered(ops: list[_Op], rng: random.Random, jitter: int) -> list[_Op]:
+    """Copies of `ops` whose sub-operations start 0..jitter ticks later (shorter, still inside
+    their step, still ending when they did)."""
+    return [_Op(op.op, op.stage, op.batch, op.state, op.start, op.end,
+                [(start + rng.randint(0, min(jitter, end - start - 1)), end) for start, end in op.subs])
+            for op in ops]
 
 
 def _copy(op: _Op) -> _Op:
