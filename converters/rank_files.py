@@ -28,6 +28,7 @@ import contextlib
 from array import array
 from dataclasses import replace
 from itertools import accumulate, chain
+from operator import attrgetter
 from pathlib import Path
 
 from . import progress
@@ -139,7 +140,7 @@ def _reported_by(trace: ExecutionTrace, options: Options, names: tuple[str, ...]
 # The args the cross-rank checks read: collectives' dtype, p2p's shape and dtype, timing's fused
 # halves. A skeleton keeps only these; what the others (a log's step, function, stage, wait...)
 # would only name in a message comes from the whole ranks (`Reported`).
-CHECKED_ARGS = ("dtype", "shape", "fused")
+CHECKED_ARGS = ("dtype", "shape", "fused")  # in this order in `_checked_args`
 
 
 def skeleton(rank: Rank) -> "Skeleton":
@@ -148,7 +149,7 @@ def skeleton(rank: Rank) -> "Skeleton":
     to through compute, as columns (`Skeleton`)."""
     through: dict[int, list[int]] = {}  # compute node -> the comm nodes it waits for
     comm: set[int] = set()
-    rows = []
+    nodes, deps_of = [], []
     for node in rank.nodes:
         if node.ctrl_deps or not comm.issuperset(node.deps):
             deps = []
@@ -160,37 +161,37 @@ def skeleton(rank: Rank) -> "Skeleton":
             deps = node.deps
         if node.kind in COMM_KINDS:
             comm.add(node.id)
-            rows.append((node.id, int(node.kind), node.duration_ns, None if node.coll is None else int(node.coll),
-                         node.size, node.group, node.peer, node.tag, node.start_ns, node.parent, node.microbatch,
-                         deps, node.name, node.stream, _checked_args(node.args)))
+            nodes.append(node)
+            deps_of.append(deps)
         else:
             through[node.id] = deps
-    return Skeleton(rows)
+    return Skeleton(nodes, deps_of)
 
 
-def _checked_args(args: dict | None) -> tuple:
-    if not args:
-        return ()
-    return tuple((key, args[key]) for key in CHECKED_ARGS if key in args)
+def _checked_args(nodes: list[Node]) -> list[tuple | None]:
+    """Each node's values of `CHECKED_ARGS`, None for each it has not (spelled out: one pass
+    over every communication node)."""
+    return [(args.get("dtype"), args.get("shape"), args.get("fused")) if args else None
+            for args in map(attrgetter("args"), nodes)]
 
 
 class Skeleton:
     """A rank's communication nodes as columns: the int fields in arrays, dependencies flat
     with a count per node, names, streams and args as indices into tables of their distinct
     values. A worker sends it to this process in a few buffers instead of a tuple of objects
-    per node: 45 B a node instead of 470 (a 184 MB set of 16 logs has 1.07 M of them; the
-    client's peak went from 752 to 535 MB)."""
+    per node: about 35 B a node instead of 470 (a 184 MB set of 16 logs has 1.07 M of them;
+    the client's peak went from 752 to 535 MB)."""
 
     INTS = ("id", "kind", "duration_ns", "coll", "size", "group", "peer", "tag", "start_ns", "parent", "microbatch")
 
-    def __init__(self, rows: list[tuple]):
-        columns = list(zip(*rows)) or [()] * (len(self.INTS) + 4)
-        self.ints = [_int_column(column) for column in columns[:len(self.INTS)]]
-        deps = columns[len(self.INTS)]
+    def __init__(self, nodes: list[Node], deps: list[list[int]]):
+        """`nodes` and the dependencies each keeps (`skeleton`); every column is one pass in C."""
+        self.ints = [_int_column(map(attrgetter(name), nodes)) for name in self.INTS]
         self.dep_counts = _int_column(map(len, deps))
         self.deps = _int_column(chain.from_iterable(deps))
         self.tables, self.indices = [], []
-        for column in columns[len(self.INTS) + 1:]:
+        for column in (list(map(attrgetter("name"), nodes)), list(map(attrgetter("stream"), nodes)),
+                       _checked_args(nodes)):
             table = list(dict.fromkeys(column))
             self.tables.append(table)
             self.indices.append(_int_column(map({value: i for i, value in enumerate(table)}.__getitem__, column)))
@@ -207,7 +208,8 @@ class Skeleton:
         ends = accumulate(self.dep_counts)
         deps = [flat[end - n:end] if n else NO_CTRL_DEPS for n, end in zip(self.dep_counts, ends)]
         name_table, stream_table, args_table = self.tables
-        args_table = [SharedArgs(items) for items in args_table]
+        args_table = [SharedArgs((key, value) for key, value in zip(CHECKED_ARGS, values or ()) if value is not None)
+                      for values in args_table]
         names, streams, args = ([table[i] for i in index]
                                 for table, index in zip((name_table, stream_table, args_table), self.indices))
         return [
@@ -219,32 +221,38 @@ class Skeleton:
         ]
 
 
-# Array type codes by the values they hold; the least value of each stands for None.
-INT_TYPES = (("b", 1 << 7), ("h", 1 << 15), ("i", 1 << 31), ("q", 1 << 63))
+NONE = -128  # None in an int column: the least value of the smallest array type, held by every type
 
 
 def _int_column(values) -> "array | list":
-    """Ints and Nones in the smallest array that holds them (None as the type's least value:
-    the arrays of a 184 MB set's skeletons stay in this process's heap once freed); a list for
-    values no int64 holds."""
+    """Ints and Nones in the smallest array type that holds them: the arrays of a 184 MB set's
+    skeletons stay in this process's heap once freed. A list (None as None) for values no int64
+    holds, and for the rare column that holds -128 itself."""
     values = list(values)
-    present = [v for v in values if v is not None]
-    low, high = (min(present), max(present)) if present else (0, 0)
-    for code, half in INT_TYPES:
-        if -half < low and high < half:
-            try:
-                return array(code, [-half if v is None else v for v in values])
-            except TypeError:  # a float
-                break
-    return values
+    if NONE in values:
+        return values
+    column = _smallest_array(values)
+    if column is None and None in values:
+        column = _smallest_array([NONE if v is None else v for v in values])
+    return values if column is None else column
+
+
+def _smallest_array(values: list) -> array | None:
+    for code in "bhiq":
+        try:
+            return array(code, values)
+        except OverflowError:
+            continue
+        except TypeError:  # a None, a float
+            return None
+    return None
 
 
 def _values(column: "array | list") -> list:
     if not isinstance(column, array):
         return column
-    none = -(1 << (8 * column.itemsize - 1))
     values = column.tolist()
-    return [None if v == none else v for v in values] if none in column else values
+    return [None if v == NONE else v for v in values] if NONE in column else values
 
 
 KINDS = {int(kind): kind for kind in NodeKind}

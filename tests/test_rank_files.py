@@ -75,7 +75,7 @@ def test_the_skeleton_keeps_comm_nodes_and_their_waits_through_compute():
 
 
 COMM = st.sampled_from([NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV])
-MAYBE_INT = st.one_of(st.none(), st.integers(-5, 300), st.integers(1 << 62, 1 << 70))
+MAYBE_INT = st.one_of(st.none(), st.integers(-200, 300), st.just(-128), st.integers(1 << 62, 1 << 70))
 
 
 @st.composite
@@ -90,7 +90,7 @@ def comm_nodes(draw):
             i, draw(st.sampled_from(["ar", "send", "recv", "é"])), kind,
             duration_ns=draw(st.integers(0, 1 << 40)), deps=draw(st.lists(st.integers(0, max(i - 1, 0)), max_size=3)) if i else [],
             coll=draw(st.sampled_from(list(CollType))) if kind is NodeKind.COLLECTIVE else None,
-            size=draw(st.one_of(st.integers(0, 1 << 40), st.integers(1 << 63, 1 << 66))),
+            size=draw(st.one_of(st.integers(0, 1 << 40), st.integers(1 << 63, 1 << 66), st.just(-128))),
             group=draw(MAYBE_INT), peer=draw(MAYBE_INT), tag=draw(MAYBE_INT), start_ns=draw(MAYBE_INT),
             stream=draw(st.sampled_from(["", "tp", "pp"])), parent=draw(MAYBE_INT), microbatch=draw(MAYBE_INT),
             args=draw(st.dictionaries(st.sampled_from(["dtype", "shape", "fused", "op", "stage"]),
@@ -109,5 +109,5 @@ def test_a_skeleton_gives_back_its_nodes_with_the_checked_args(nodes):
     fields = ("id", "name", "kind", "duration_ns", "deps", "coll", "size", "group", "peer", "tag", "start_ns",
               "stream", "parent", "microbatch")
     assert [tuple(getattr(n, f) for f in fields) for n in back] == [tuple(getattr(n, f) for f in fields) for n in nodes]
-    assert [n.args for n in back] == [{k: v for k, v in n.args.items() if k in CHECKED_ARGS} for n in nodes]
+    assert [n.args for n in back] == [{k: n.args[k] for k in CHECKED_ARGS if n.args.get(k) is not None} for n in nodes]
     assert all(n.ctrl_deps == [] and n.source is None for n in back)
