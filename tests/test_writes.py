@@ -214,6 +214,28 @@ def test_a_second_ctrl_c_while_the_first_is_reported_changes_nothing(tmp_path):
     assert (done.returncode, done.stderr) == (130, "et-convert: interrupted; earlier output left as it was\n")
 
 
+_CTRL_C_IN_A_STRING_EXEC = """
+import sys
+from converters import api, cli
+
+def interrupted(*args, **kwargs):
+    exec("raise KeyboardInterrupt")  # as when Ctrl-C lands while a dataclass is being made
+
+api.convert = interrupted
+sys.argv = ["et-convert", *sys.argv[1:]]
+cli.run()
+"""
+
+
+def test_ctrl_c_inside_a_string_exec_still_exits_130_under_python_m(tmp_path):
+    # CPython marks such a KeyboardInterrupt as unhandled and, under `python -m`, would exit by
+    # SIGINT after our message (seen under load: 1 run in 7 of the test above)
+    (tmp_path / "ctrl_c_main.py").write_text(_CTRL_C_IN_A_STRING_EXEC)
+    done = subprocess.run([sys.executable, "-m", "ctrl_c_main", str(SAMPLES / "chakra_data"), "-o", str(tmp_path / "t.json")],
+                          capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (done.returncode, done.stderr) == (130, "et-convert: interrupted; earlier output left as it was\n")
+
+
 def test_kill_mid_write_leaves_the_earlier_set_and_the_next_run_cleans_up(old_set, tmp_path):
     target = tmp_path / "out"
     before = snapshot(old_set)
