@@ -268,7 +268,7 @@ def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Pat
         return None
     name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
     found = getattr(importlib.import_module(input_format(name).load.partition(":")[0]), "PER_RANK_FORMAT", None)
-    if found is None or not found.parts_stay_with_workers or (written == "chakra" and not found.chakra_by_workers):
+    if found is None or not found.parts_stay_with_workers:
         return None
     if not per_rank.uses_workers(options, paths, found, streaming=True):
         return None  # one file, of a format whose files workers cannot share

@@ -8,13 +8,15 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from converters.model import CollType, Node, NodeKind, Rank
+from converters import rank_files
+from converters.model import COMM_KINDS, CollType, Node, NodeKind, Rank
 from converters.options import Options
-from converters.rank_files import (CHECKED_ARGS, CROSS_RANK_CHECKS, PER_RANK_CHECKS, RankFacts, _reported_by, from_skeleton,
-                                   skeleton)
+from converters.rank_files import (CHECKED_ARGS, CROSS_RANK_CHECKS, NEAREST_LIMIT, PER_RANK_CHECKS, RankFacts,
+                                   _latest_comm_per_stream, _nearest_comm, _reported_by, from_skeleton, skeleton)
 from validator_faults import FAULTS, inject, random_job
 
 ALL_CHECKS = tuple(dict.fromkeys(PER_RANK_CHECKS + CROSS_RANK_CHECKS))
@@ -49,8 +51,9 @@ def swap_two_collectives(trace, rng: random.Random) -> None:
 
 
 @PROPERTY
-@given(seed=st.integers(0, 2**32 - 1), fault=st.sampled_from((None, "swap", *FAULTS)))
-def test_split_checks_report_whenever_the_whole_validator_does(seed, fault):
+@given(seed=st.integers(0, 2**32 - 1), fault=st.sampled_from((None, "swap", *FAULTS)), by_streams=st.booleans())
+def test_split_checks_report_whenever_the_whole_validator_does(seed, fault, by_streams):
+    # by_streams: every skeleton made by the stream route (rank_files._latest_comm_per_stream)
     rng = random.Random(seed)
     trace = random_job(rng)
     if fault == "swap":
@@ -58,7 +61,11 @@ def test_split_checks_report_whenever_the_whole_validator_does(seed, fault):
     elif fault is not None:
         inject(trace, fault, rng)
     whole = _reported_by(trace, Options(), ALL_CHECKS)
-    split = split_reports(trace)
+    with pytest.MonkeyPatch.context() as patch:
+        if by_streams:
+            nearest = rank_files._nearest_comm
+            patch.setattr(rank_files, "_nearest_comm", lambda nodes, limit=None: None if limit else nearest(nodes))
+        split = split_reports(trace)
     assert split == whole or (split and not whole), "the split checks missed a finding"
     if fault is None:
         assert not split  # a clean job is written by the workers
@@ -111,3 +118,63 @@ def test_a_skeleton_gives_back_its_nodes_with_the_checked_args(nodes):
     assert [tuple(getattr(n, f) for f in fields) for n in back] == [tuple(getattr(n, f) for f in fields) for n in nodes]
     assert [n.args for n in back] == [{k: n.args[k] for k in CHECKED_ARGS if n.args.get(k) is not None} for n in nodes]
     assert all(n.ctrl_deps == [] and n.source is None for n in back)
+
+
+@st.composite
+def streamed_nodes(draw):
+    """Nodes on 1-4 streams, each depending on the node before it on its stream (unless
+    `broken`) and on up to 2 earlier nodes of any stream, as compute joins streams in profiler
+    traces; a third of them communication nodes."""
+    streams = draw(st.integers(1, 4))
+    broken = draw(st.booleans())
+    nodes, last = [], {}
+    for i in range(draw(st.integers(1, 40))):
+        stream = f"stream {draw(st.integers(0, streams - 1))}"
+        deps = set(draw(st.lists(st.integers(0, i - 1), max_size=2))) if i else set()
+        if stream in last and not (broken and draw(st.integers(0, 5)) == 0):
+            deps.add(last[stream])
+        kind = draw(st.sampled_from([NodeKind.COMPUTE, NodeKind.COMPUTE, NodeKind.COLLECTIVE, NodeKind.SEND]))
+        nodes.append(Node(i, f"n{i}", kind, deps=sorted(deps), stream=stream,
+                          coll=CollType.ALL_REDUCE if kind is NodeKind.COLLECTIVE else None))
+        last[stream] = i
+    return nodes, broken
+
+
+def reached(nodes, deps_of) -> dict[int, set[int]]:
+    """Communication node -> every communication node it waits for, through `deps_of`."""
+    comm = [n.id for n in nodes if n.kind in COMM_KINDS]
+    direct = dict(zip(comm, deps_of))
+    out: dict[int, set[int]] = {}
+    for c in comm:  # ids in order: a node's dependencies are done before it
+        out[c] = set().union(*({d} | out[d] for d in direct[c]))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=streamed_nodes())
+def test_the_latest_of_each_stream_stand_for_every_communication_node_waited_for(case):
+    nodes, broken = case
+    nearest = _nearest_comm(nodes)
+    latest = _latest_comm_per_stream(nodes)
+    if not broken:
+        assert latest is not None
+    if latest is not None:
+        assert reached(nodes, latest) == reached(nodes, nearest)
+        streams = {n.stream for n in nodes}
+        assert all(len(deps) <= len(streams) for deps in latest)
+
+
+def test_a_long_join_of_streams_takes_the_stream_route():
+    # 3 streams, each node waiting for the one before it on its stream and the last node of the
+    # next stream: the nearest communication nodes pile up, the latest per stream stay 3
+    nodes, last = [], {}
+    for i in range(600):
+        stream = f"stream {i % 3}"
+        deps = sorted({last[s] for s in (stream, f"stream {(i + 1) % 3}") if s in last})
+        kind = NodeKind.COLLECTIVE if i % 2 else NodeKind.COMPUTE
+        nodes.append(Node(i, "n", kind, deps=deps, stream=stream, coll=CollType.ALL_REDUCE if i % 2 else None))
+        last[stream] = i
+    assert _nearest_comm(nodes, NEAREST_LIMIT) is None
+    sk = skeleton(Rank(0, nodes=nodes))
+    assert max(sk.dep_counts) <= 3 and len(sk.dep_counts) == 300
+    assert reached(nodes, _latest_comm_per_stream(nodes)) == reached(nodes, _nearest_comm(nodes))

@@ -126,13 +126,32 @@ def test_without_jobs_a_big_set_is_drawn_by_workers_and_a_small_one_here(tmp_pat
     assert (tmp_path / "big.pftrace").read_bytes() == (tmp_path / "local.pftrace").read_bytes()
 
 
-def test_profiler_traces_to_chakra_are_written_here_even_with_workers(tmp_path):
-    # their communication skeletons would be quadratic (PerRankFormat.chakra_by_workers): the
-    # workers read, this process gets every rank whole and writes the set
-    paths = sorted((FIXTURES / "kineto_nccl").iterdir())
-    trace = etc.convert(paths, tmp_path / "set" / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
+@pytest.mark.parametrize("fixture,where", [("kineto_nccl", "--jobs"), ("kineto_gloo", "--jobs"),
+                                           ("kineto_nccl_old", "--jobs"), ("kineto_nccl", "--cluster")])
+def test_profiler_traces_to_chakra_are_written_by_the_workers_with_the_local_bytes(tmp_path, monkeypatch, fixture, where):
+    # compute joins the streams: each collective's skeleton depends on the latest communication
+    # node of each stream (rank_files._latest_comm_per_stream), not on every earlier one
+    from converters.writers import chakra
+
+    if where == "--cluster":
+        pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    workers = {"--jobs": ("--jobs", "2"), "--cluster": ("--cluster", "local:2")}[where]
+    paths = sorted((FIXTURES / fixture).iterdir())
+    here = run_cli(*paths, "--to", "chakra", "-v", "-o", tmp_path / "here" / "w")
+    there = run_cli(*paths, "--to", "chakra", "-v", *workers, "-o", tmp_path / "there" / "w")
+    assert here.code == there.code == 0 and here.stderr == there.stderr
+    files = sorted(p.name for p in (tmp_path / "here").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "there").iterdir()) and len(files) == 5
+    assert all((tmp_path / "here" / f).read_bytes() == (tmp_path / "there" / f).read_bytes() for f in files)
+    written = []
+    real_finish = chakra.finish_set
+    monkeypatch.setattr(chakra, "finish_set", lambda *a: written.append(1) or real_finish(*a))
+    option = {"jobs": 2} if where == "--jobs" else {"cluster": "local:2"}
+    trace = etc.convert(paths, tmp_path / "api" / "w", to="chakra", diagnostics=Diagnostics(), **option)
+    assert written == [1]  # the workers wrote the rank files: no local fallback
     assert sorted(trace.ranks) == [0, 1, 2, 3]
-    assert all(any(node.kind is NodeKind.COMPUTE for node in rank.nodes) for rank in trace.ranks.values())
+    assert all(node.kind is not NodeKind.COMPUTE for rank in trace.ranks.values() for node in rank.nodes)
+    assert all((tmp_path / "api" / f).read_bytes() == (tmp_path / "here" / f).read_bytes() for f in files)
 
 
 # ---------------------------------------------------------------- one log of several ranks, shared

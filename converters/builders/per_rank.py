@@ -65,11 +65,6 @@ class PerRankFormat:
     summarize: Callable[[Any], Any] | None = None
     join: Callable[[Any, list, Options, Diagnostics], Any] | None = None
     finish: Callable[[Any, Any], Any] | None = None
-    # Whether workers may write a Chakra set (converters/rank_files.py): the client then checks
-    # the set on each rank's communication skeleton, in which a collective depends on every
-    # earlier one its dependencies reach through compute. Where compute joins many streams
-    # (profiler traces) that is quadratic in the collectives (7 GB for 2 x 105 MB of traces).
-    chakra_by_workers: bool = True
     # Whether a survey's records are much smaller than the nodes built from them and `build`
     # leaves them as they were (a Megatron log's: 0.2 bytes per byte of log, its nodes 2.5): a
     # worker then keeps the records of the files it lets go of (`LetGo`) and builds from them;
