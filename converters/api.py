@@ -197,7 +197,7 @@ def convert(
     """Read `inputs` and write `output` in one call; returns the model that was written.
 
     An unusable output name or option value, or an output that would replace an input, fails
-    before any reading. A Chakra set from per-rank logs with `jobs` > 1 or `cluster` is written
+    before any reading. A Chakra set from per-rank logs or profiler traces with `jobs` > 1 or `cluster` is written
     by the workers (`converters/rank_files.py`): the model returned then holds each rank's
     communication skeleton (its sends, receives and collectives, with only the args the
     cross-rank checks read, read-only), not its compute. A timeline

@@ -10,7 +10,7 @@ they need:
   (`builders/one_rank.py`, which needs only the trace's groups) and the validator's per-rank
   checks (graph, attributes, nodes, pipeline, timing);
 - here, on every rank's communication skeleton (its sends, receives and collectives, each
-  depending on the nearest earlier ones its dependencies lead to through compute): the
+  depending on the communication nodes it waits for through compute: `skeleton`): the
   cross-rank checks (rank set, groups, collective sequences, send/receive matching, clocks
   between ranks, the deadlock dry run).
 
