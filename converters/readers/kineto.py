@@ -62,6 +62,7 @@ ARG_TYPES = {
 INTEGER = re.compile(r"-?\d{1,18}")
 ARG_TYPE_WORDS = {str: "a string", int: "an integer", list: "a list"}
 ID_TYPES = (int, str)
+NUMBERS = (int, float)  # ts and dur
 NO_ARGS: dict = {}  # shared by every event that keeps no argument (never written to)
 MAX_RANKS = 1 << 20
 FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -326,6 +327,7 @@ def _events(name: str, batches) -> tuple[list[Event], dict[tuple, str], LaunchCa
 def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, names: dict,
           launches: LaunchCalls) -> int:
     """Append the events of one batch the builder uses; returns the index of the last one seen."""
+    setdefault = names.setdefault
     for e in raw:
         index += 1
         try:
@@ -339,21 +341,23 @@ def _keep(name: str, raw: list, index: int, events: list[Event], threads: dict, 
                     threads.setdefault(key, str(e["args"].get("name", "")))
             continue
         ts, dur = e.get("ts"), e.get("dur", 0)
-        if not (_is_number(ts) and _is_number(dur)) or dur < 0:
+        # numbers in µs within ±1e15 (false for NaN), dur not negative; spelled out: every event passes here
+        if not (type(ts) in NUMBERS and type(dur) in NUMBERS and -1e15 < ts < 1e15 and 0 <= dur < 1e15):
             raise InputError(f"{name}: event {index}", f"{e.get('name')!r}: ts and dur must be numbers (dur >= 0)")
         label, pid, tid = e.get("name", ""), e.get("pid"), e.get("tid")
         if type(label) is not str or type(pid) not in ID_TYPES or type(tid) not in ID_TYPES:
             raise InputError(f"{name}: event {index}", "name must be a string, pid and tid integers or strings")
         if cat == "cuda_runtime" and label not in EVENT_CALLS:
-            _keep_launch(e, names.setdefault(label, label), names.setdefault(tid, tid), ts, dur, launches)
+            _keep_launch(e, setdefault(label, label), setdefault(tid, tid), ts, dur, launches)
             continue
         # one object per distinct name and id: a big trace repeats a few thousand
-        label, pid, tid = names.setdefault(label, label), names.setdefault(pid, pid), names.setdefault(tid, tid)
+        label, pid, tid = setdefault(label, label), setdefault(pid, pid), setdefault(tid, tid)
         args = e.get("args")
         if not isinstance(args, dict) or cat == "cuda_runtime":  # an event record / wait call: only its ids
             kept = NO_ARGS
-        elif label.startswith(COMM_PREFIXES):
-            kept = _checked({k: _shared(v, names) for k, v in args.items() if k in KEPT_ARGS}, name, index)
+        elif label.startswith(COMM_PREFIXES):  # one object per distinct text or number: args repeat on every call
+            kept = _checked({k: setdefault(v, v) if type(v) in ID_TYPES else v for k, v in args.items() if k in KEPT_ARGS},
+                            name, index)
         else:  # compute: only what links it (a wait to its stream; the External id is a field)
             kept = _checked({k: args[k] for k in LINK_ARGS.intersection(args)}, name, index) or NO_ARGS
         external = args.get("External id") if isinstance(args, dict) else None
@@ -377,11 +381,6 @@ def _keep_launch(e: dict, label: str, tid, ts, dur, launches: LaunchCalls) -> No
             launches.add(correlation, round(ts * 1000), round(dur * 1000), tid, label)
 
 
-def _shared(value, names: dict):
-    """One object per distinct text or number (a collective's args repeat on every call)."""
-    return names.setdefault(value, value) if type(value) in ID_TYPES else value
-
-
 def _checked(args: dict, name: str, index: int) -> dict:
     """`args` when every kept argument has the JSON type the builder reads, else an InputError."""
     for key, value in args.items():
@@ -394,6 +393,3 @@ def _checked(args: dict, name: str, index: int) -> dict:
             raise InputError(f"{name}: event {index}", f"arg {key!r} is {value!r}; expected {expected}")
     return args
 
-
-def _is_number(value) -> bool:
-    return type(value) in (int, float) and -1e15 < value < 1e15  # µs; also false for NaN
