@@ -102,8 +102,8 @@ class RankFacts:
     """What a worker tells about one finished rank: its skeleton (`skeleton`), whether its
     per-rank checks are clean, the one-member collectives it turned into compute."""
 
-    def __init__(self, rank: Rank, rows: "Skeleton", clean: bool, demoted: int, first: str):
-        self.rank, self.rows, self.clean, self.demoted, self.first = rank, rows, clean, demoted, first
+    def __init__(self, rank: Rank, skeleton: "Skeleton", clean: bool, demoted: int, first: str):
+        self.rank, self.skeleton, self.clean, self.demoted, self.first = rank, skeleton, clean, demoted, first
 
 
 def _finish_and_check(rank: Rank, shell_and_options) -> RankFacts:
@@ -313,6 +313,6 @@ COLLS = {None: None, **{int(coll): coll for coll in CollType}}
 
 def from_skeleton(facts: RankFacts) -> Rank:
     """The rank with its skeleton's nodes."""
-    facts.rank.nodes = facts.rows.nodes()
-    facts.rows = None
+    facts.rank.nodes = facts.skeleton.nodes()
+    facts.skeleton = None
     return facts.rank

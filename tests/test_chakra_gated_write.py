@@ -50,7 +50,8 @@ def test_workers_and_one_process_write_the_same_bytes_and_messages(tmp_path):
 
 def test_a_refusal_with_workers_never_hangs(tmp_path):
     """The workers used to be a multiprocessing.Pool, whose terminate() after the refusal hung
-    about once in 200 runs (a CI run stopped on it). In a child process, so a hang fails here."""
+    about once in 200-300 runs (a CI run stopped on it). In a child process, so a hang fails
+    here rather than stopping the suite; it catches a return to the Pool only now and then."""
     code = (
         "import sys, tempfile, pathlib\n"
         "sys.path.insert(0, sys.argv[1])\n"

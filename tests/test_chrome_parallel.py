@@ -290,7 +290,7 @@ def test_children_run_every_task_while_this_process_runs_meanwhile_and_ticks():
     assert [r[0] for r in results] == [0, 1, 2]
     assert os.getpid() not in {pid for _, pid, _ in results} and len({pid for _, pid, _ in results}) == 3
     assert all(ignores for _, _, ignores in results)
-    assert seen[0] == "meanwhile" and 1 <= seen.count("tick") <= 10  # every 0.2 s while worker 1 sleeps
+    assert seen[0] == "meanwhile" and seen.count("tick") >= 2  # every 0.2 s while worker 1 sleeps 0.5 s
 
 
 def test_a_failing_meanwhile_kills_the_children_at_once():

@@ -320,7 +320,7 @@ def finish(part: RankPart, joined: Joined) -> Rank:
 
 
 KINETO = PerRankFormat(survey_file, plan, build_file, merge, summarize, join, finish)
-PER_RANK_FORMAT = KINETO  # what `converters.api` looks for to let workers draw a timeline (not a Chakra set: see PerRankFormat)
+PER_RANK_FORMAT = KINETO  # what `converters.api` looks for to let workers draw a timeline or write a Chakra set
 
 
 # ---------------------------------------------------------------- one rank
