@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
     cpu, wall, rss = measured(one)
     print(f"one rank's file -> its items: {cpu:.2f} s CPU ({wall:.2f} s wall), {size / 1e6 / cpu:.1f} MB/s, "
           f"peak RSS {rss / 1e6:.0f} MB ({rss / size:.2f}x the file)")
-    # (default): a timeline of a set this big is drawn by one worker per core, a Chakra set in this process
+    # (default): a set this big is read, drawn or written by one worker per core (`--jobs 1`: in this process)
     runners = [("(default)", []), ("--jobs 1", ["--jobs", "1"]), ("--jobs 2", ["--jobs", "2"])]
     if have_dask():
         runners.append(("--cluster local:2", ["--cluster", "local:2"]))

@@ -248,27 +248,31 @@ WRITTEN_BY_WORKERS = ("chakra", "chrome", "perfetto")
 # Without --jobs, per-rank files of at least this many bytes in all (or one log of several ranks,
 # which they share) are drawn into a timeline by one worker per core: the files are read in
 # parallel and no process holds every rank (benchmark 7, 46 MB: 1.9 -> 1.8 s and 217 -> 141 MB
-# for the biggest process). A Chakra set is not: checking it across the workers costs more than
-# their reading saves.
+# for the biggest process). A Chakra set only where the format says so
+# (`PerRankFormat.chakra_by_workers_when_big`: profiler traces); for logs checking it across the
+# workers costs more than their reading saves.
 TIMELINE_WORKERS_MIN_BYTES = 32 << 20
 
 
 def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Path, options: Options):
     """(input format name, per-rank format, output format name, options) when workers write a
     Chakra set's rank files or draw a timeline's ranks, or None. The options returned carry the
-    default --jobs of a big timeline (`TIMELINE_WORKERS_MIN_BYTES`)."""
+    default --jobs of a big timeline, or Chakra set where the format asks (`TIMELINE_WORKERS_MIN_BYTES`)."""
     written = output_format(to, output).name
     if written not in WRITTEN_BY_WORKERS:
         return None
     from .builders import per_rank  # (multiprocessing: imported only when it may be used)
 
-    if written != "chakra" and options.jobs is None and not options.cluster and _big_input(paths):
-        options = replace(options, jobs=os.cpu_count() or 1)
-    if not options.cluster and per_rank.reading_jobs(options) < 2:
+    big = options.jobs is None and not options.cluster and _big_input(paths)
+    if not big and not options.cluster and per_rank.reading_jobs(options) < 2:
         return None
     name = detect(paths) if fmt in (None, "auto") else input_format(fmt).name
     found = getattr(importlib.import_module(input_format(name).load.partition(":")[0]), "PER_RANK_FORMAT", None)
     if found is None or not found.parts_stay_with_workers:
+        return None
+    if big and (written != "chakra" or found.chakra_by_workers_when_big):
+        options = replace(options, jobs=os.cpu_count() or 1)
+    if not options.cluster and per_rank.reading_jobs(options) < 2:
         return None
     if not per_rank.uses_workers(options, paths, found, streaming=True):
         return None  # one file, of a format whose files workers cannot share

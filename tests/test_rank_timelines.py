@@ -154,6 +154,21 @@ def test_profiler_traces_to_chakra_are_written_by_the_workers_with_the_local_byt
     assert all((tmp_path / "api" / f).read_bytes() == (tmp_path / "here" / f).read_bytes() for f in files)
 
 
+def test_a_big_profiler_set_to_chakra_is_written_by_the_workers_by_default(tmp_path, monkeypatch):
+    # a big log set is not (test above): there the workers' checks cost more than they save
+    from converters import api
+
+    paths = sorted((FIXTURES / "kineto_nccl").iterdir())
+    local = etc.convert(paths, tmp_path / "local" / "w", to="chakra", diagnostics=Diagnostics())
+    monkeypatch.setattr(api, "TIMELINE_WORKERS_MIN_BYTES", sum(p.stat().st_size for p in paths))
+    big = etc.convert(paths, tmp_path / "big" / "w", to="chakra", diagnostics=Diagnostics())
+    assert all(any(n.kind is NodeKind.COMPUTE for n in rank.nodes) for rank in local.ranks.values())
+    assert all(n.kind is not NodeKind.COMPUTE for rank in big.ranks.values() for n in rank.nodes)  # skeletons
+    files = sorted(p.name for p in (tmp_path / "local").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "big").iterdir())
+    assert all((tmp_path / "local" / f).read_bytes() == (tmp_path / "big" / f).read_bytes() for f in files)
+
+
 # ---------------------------------------------------------------- one log of several ranks, shared
 
 def one_log(tmp_path: Path, **options) -> list[Path]:

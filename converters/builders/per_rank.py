@@ -65,6 +65,11 @@ class PerRankFormat:
     summarize: Callable[[Any], Any] | None = None
     join: Callable[[Any, list, Options, Diagnostics], Any] | None = None
     finish: Callable[[Any, Any], Any] | None = None
+    # Whether a Chakra set of `api.TIMELINE_WORKERS_MIN_BYTES` or more is written by one worker
+    # per core without --jobs, as a timeline is: where reading dominates (profiler traces: 2 x 105
+    # MB in 7.8 s instead of 10.9 s), not where the checks across workers cost more than reading
+    # in parallel saves (logs: benchmark 7 in 2.25 s instead of 1.98 s).
+    chakra_by_workers_when_big: bool = False
     # Whether a survey's records are much smaller than the nodes built from them and `build`
     # leaves them as they were (a Megatron log's: 0.2 bytes per byte of log, its nodes 2.5): a
     # worker then keeps the records of the files it lets go of (`LetGo`) and builds from them;
