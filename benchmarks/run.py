@@ -283,9 +283,9 @@ def bench_long_set(work: Path, runs: int) -> None:
     print(f"8. Per-rank Megatron logs: {len(logs)} files, {size / 1e6:.1f} MB (benchmark 7 with 512 microbatches) "
           f"-> Chrome JSON; target: the processes together <= 2 x input + 200 MB = {2 * size / 2**20 + 200:.0f} MB")
     for label, budget in (("workers keep 32 MB each (default)", None), ("workers keep every file", 1 << 60)):
-        script = ("import sys; from converters.builders import per_rank; from converters.cli import run; "
+        script = ("import sys; from converters.builders import per_rank; from converters.cli import main; "
                   + (f"per_rank.HOLD_BYTES_PER_WORKER = {budget}; " if budget else "")
-                  + f"sys.argv = ['et-convert', {str(work / 'set184')!r}, '-q', '-o', {str(work / 'set184.json')!r}]; run()")
+                  + f"sys.argv = ['et-convert', {str(work / 'set184')!r}, '-q', '-o', {str(work / 'set184.json')!r}]; main()")
         found = [tree_memory(sys.executable, "-c", script) for _ in range(runs)]
         seconds = statistics.median(f["seconds"] for f in found)
         print(f"   {label:34}: {seconds:6.2f} s  {size / 1e6 / seconds:5.1f} MB/s   "

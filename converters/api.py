@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
 
-from . import progress
+from . import exiting, progress
 from .builders.one_rank import demote_one_rank_collectives, warn_if_kept
 from .diagnostics import Diagnostics, UsageError
 from .formats import detect, expand_inputs, input_format, output_format, refuse_overwriting_inputs, resolve
@@ -60,6 +60,7 @@ def read(
     if hashing is not None and not trace.source.sha256:
         trace.source.sha256 = hashing.result()
     _after_load(trace, name, paths, diagnostics)
+    exiting.keep_until_exit(trace)
     return trace
 
 

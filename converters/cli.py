@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from . import __version__
+from . import __version__, exiting
 from .cli_coercion import quicken
 from .diagnostics import Diagnostics, InputError, InterruptedAfterWriting, UsageError
 from .options import Options
@@ -452,5 +452,18 @@ def run() -> None:
         sys.exit(130)
 
 
+def main() -> None:
+    """The program (the `et-convert` script, `python -m converters.cli`): run(), then end the
+    process without freeing the model it read (converters/exiting.py). Code that calls run()
+    itself gets its SystemExit back as before."""
+    exiting.enable()
+    try:
+        run()
+    except SystemExit as e:  # how every command ends (typer's standalone mode)
+        if e.code is None or isinstance(e.code, int):
+            exiting.end_process(e.code or 0)
+        raise
+
+
 if __name__ == "__main__":
-    run()
+    main()
