@@ -54,13 +54,15 @@ def recipe_route_only(monkeypatch) -> None:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(st.lists(node_messages(), max_size=12), st.lists(st.integers(0, 11), max_size=12), st.integers(0, 3))
-def test_random_files_read_alike_by_both_routes(monkeypatch, messages, picks, plain_run):
-    # a second rank repeats some of the first rank's messages (the measured cache across ranks)
-    second = [messages[i] for i in picks if i < len(messages)]
-    files = [framed(messages), framed(second)]
+@given(st.lists(node_messages(), max_size=12), st.lists(st.integers(0, 11), max_size=12),
+       st.lists(st.integers(0, 11), max_size=12), st.integers(0, 3), st.integers(1, 3))
+def test_random_files_read_alike_by_both_routes(monkeypatch, messages, picks, third_picks, plain_run, probe):
+    # later ranks repeat some of the first rank's messages (the measured cache across ranks),
+    # and may stop keeping theirs after `probe` of them (MEASURED_PROBE)
+    files = [framed(messages), *(framed([messages[i] for i in p if i < len(messages)]) for p in (picks, third_picks))]
     with monkeypatch.context() as m:
         m.setattr(NodeDecoder, "PLAIN_RUN", plain_run)
+        m.setattr(NodeDecoder, "MEASURED_PROBE", probe)
         fast = read_both_ways(files, m)
     with monkeypatch.context() as m:
         recipe_route_only(m)
@@ -99,3 +101,19 @@ def test_an_error_after_measured_nodes_is_named_as_before(monkeypatch):
     assert "node 9 'ar': comm_type 42 is not a CollectiveCommType" in result
     cut = framed([plain_node(i, 100 + i) for i in range(5)])[:-3]
     assert read_both_ways([cut], monkeypatch) == "w.0.et: byte 187: truncated Node message (wanted 45 bytes, 42 left)"
+
+
+def test_a_file_that_finds_few_of_its_measured_messages_stops_keeping_them(monkeypatch):
+    monkeypatch.setattr(NodeDecoder, "MEASURED_PROBE", 4)
+    first = [plain_node(i, 100 + i) for i in range(40)]
+    other = [plain_node(i, 200 + i) for i in range(40)]  # the same graph measured at other times
+    decoder = NodeDecoder()
+    kept = []
+    for i, messages in enumerate([first, other, first, other]):
+        rank = chakra.read_rank(Path(f"w.{i}.et"), i, framed(messages), decoder)
+        assert [n.start_ns for n in rank.nodes] == [(100 + 100 * (i % 2) + k) * 1000 for k in range(40)]
+        kept.append(len(decoder.measured))
+    # the first file keeps all 40; the second finds none of its first 4 and stops; the third
+    # finds all of its own and adds nothing; the fourth finds the second's 4, then none of the
+    # next 4, and stops
+    assert kept == [40, 44, 44, 52]

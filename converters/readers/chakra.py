@@ -290,6 +290,12 @@ class NodeDecoder:
     # read_nodes stops looking for measured messages (a head read twice) after this many
     # shareable ones in a row, until one that is not
     PLAIN_RUN = 8
+    # A file stops keeping its measured messages for later files (and looking for them) once
+    # fewer than a quarter of the last this many it looked for were found: measured ranks seldom
+    # repeat each other's start times (at most a fifth of the messages on benchmark 7's jittered
+    # set), and keeping every message cost a quarter of `stats`' memory there and 0.3 s. The
+    # first file keeps all; an equal rank (synthetic data-parallel replicas) keeps looking.
+    MEASURED_PROBE = 256
 
     def __init__(self):
         # message bytes -> (Node positional arguments, deps, ctrl_deps, shape id or None,
@@ -418,18 +424,27 @@ class NodeDecoder:
         known, recipe, measured_values, measured = self.recipes.get, self.recipe, self.measured_values, self.measured
         items, starts = [], []  # recipes, and Nodes made at once
         add = items.append
-        made = 0
+        made = kept = 0  # Nodes made at once; measured messages this file added to `measured`
         plain, plain_run = 0, self.PLAIN_RUN  # shareable messages in a row: after a few, the file is taken as unmeasured
+        keeping = True  # whether this file looks for its measured messages in `measured`, and adds to it
+        probe = self.MEASURED_PROBE
+        check = probe if measured else -1  # `kept` at the next look at what was found (the first file: never)
+        hits_before = 0  # measured messages found in `measured` up to the previous look
         for offset, start, end in messages:
             body = data[start:end]
             # a measured message seen before (on another rank) costs a lookup
-            values = measured.get(body) if plain < plain_run else None
+            values = measured.get(body) if plain < plain_run and keeping else None
             if values is None:
                 found = known(body)
                 if found is None and plain < plain_run:
                     values = measured_values(body)
-                    if values is not None:
+                    if values is not None and keeping:
                         measured[body] = values
+                        kept += 1
+                        if kept == check:  # `probe` more added: were enough found meanwhile?
+                            hits = made - kept + 1  # (this message is not made yet)
+                            keeping = 3 * (hits - hits_before) >= probe
+                            check, hits_before = kept + probe, hits
                 if values is None:
                     if found is None:
                         found = recipe(body, path, offset)
