@@ -88,3 +88,14 @@ def test_a_library_user_s_models_are_not_kept():
     assert exiting._kept is None  # pytest never runs cli.main
     trace = api.read(SAMPLES / "chakra_data")
     assert trace.ranks and exiting._kept is None
+
+
+def test_a_run_on_a_dask_cluster_ends_cleanly_through_the_program(tmp_path):
+    pytest.importorskip("distributed")
+    out = tmp_path / "out.json"
+    args = [str(SAMPLES / "megatron_tp2_pp2_dp1"), "--tp", "2", "--pp", "2", "-o", str(out)]
+    done = subprocess.run([sys.executable, "-m", "converters.cli", *args, "--cluster", "local:1"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    # Dask's exit handlers ran (else it warns of a cluster left open), nothing else was said
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(out.read_bytes())["traceEvents"]
