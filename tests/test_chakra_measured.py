@@ -103,17 +103,26 @@ def test_an_error_after_measured_nodes_is_named_as_before(monkeypatch):
     assert read_both_ways([cut], monkeypatch) == "w.0.et: byte 187: truncated Node message (wanted 45 bytes, 42 left)"
 
 
-def test_a_file_that_finds_few_of_its_measured_messages_stops_keeping_them(monkeypatch):
-    monkeypatch.setattr(NodeDecoder, "MEASURED_PROBE", 4)
-    first = [plain_node(i, 100 + i) for i in range(40)]
-    other = [plain_node(i, 200 + i) for i in range(40)]  # the same graph measured at other times
+def kept_after_each_file(starts: list[int]) -> tuple[list[int], bool]:
+    """Files of one 40-node graph measured from these start times: how many measured messages
+    the decoder keeps after each, and whether it saw ranks repeat."""
     decoder = NodeDecoder()
     kept = []
-    for i, messages in enumerate([first, other, first, other]):
-        rank = chakra.read_rank(Path(f"w.{i}.et"), i, framed(messages), decoder)
-        assert [n.start_ns for n in rank.nodes] == [(100 + 100 * (i % 2) + k) * 1000 for k in range(40)]
+    for i, first in enumerate(starts):
+        rank = chakra.read_rank(Path(f"w.{i}.et"), i, framed([plain_node(k, first + k) for k in range(40)]), decoder)
+        assert [n.start_ns for n in rank.nodes] == [(first + k) * 1000 for k in range(40)]
         kept.append(len(decoder.measured))
-    # the first file keeps all 40; the second finds none of its first 4 and stops; the third
-    # finds all of its own and adds nothing; the fourth finds the second's 4, then none of the
-    # next 4, and stops
-    assert kept == [40, 44, 44, 52]
+    return kept, decoder.measured_ranks_repeat
+
+
+def test_a_file_that_finds_few_of_its_measured_messages_stops_keeping_them(monkeypatch):
+    monkeypatch.setattr(NodeDecoder, "MEASURED_PROBE", 4)
+    # the first file keeps all 40; the second and third find none of their first 4 and stop;
+    # the fourth finds the second's 4, then none of the next 4, and stops
+    assert kept_after_each_file([100, 200, 300, 200]) == ([40, 44, 48, 56], False)
+
+
+def test_once_a_file_found_most_of_its_measured_messages_every_file_keeps_all(monkeypatch):
+    monkeypatch.setattr(NodeDecoder, "MEASURED_PROBE", 4)
+    # the second file finds all the first's: ranks repeat, so the third keeps all for the fourth
+    assert kept_after_each_file([100, 100, 200, 200]) == ([40, 40, 80, 80], True)

@@ -294,7 +294,9 @@ class NodeDecoder:
     # fewer than a quarter of the last this many it looked for were found: measured ranks seldom
     # repeat each other's start times (at most a fifth of the messages on benchmark 7's jittered
     # set), and keeping every message cost a quarter of `stats`' memory there and 0.3 s. The
-    # first file keeps all; an equal rank (synthetic data-parallel replicas) keeps looking.
+    # first file keeps all, and so does every file once one found most of its messages (a set
+    # of equal ranks, as benchmark 7's synthetic tensor-parallel pairs: its next pair's first
+    # rank must be kept for the second to find).
     MEASURED_PROBE = 256
 
     def __init__(self):
@@ -302,6 +304,7 @@ class NodeDecoder:
         # per-rank values, per-rank fields (start, end, role) or None)
         self.recipes: dict[bytes, tuple] = {}
         self.measured: dict[bytes, tuple] = {}  # message bytes with a start time -> measured_values
+        self.measured_ranks_repeat = False  # whether a file found most of its measured messages in `measured`
         self.measured_tails: dict[tuple[int, bytes], tuple | None] = {}  # (node type, message tail) -> measured_tail
         self.attrs: dict[tuple[int, bytes], tuple] = {}  # (node type, attribute bytes) -> attr_info
         self.tails: dict[tuple[int, bytes], tuple | None] = {}  # (node type, message tail) -> tail_of
@@ -428,7 +431,8 @@ class NodeDecoder:
         plain, plain_run = 0, self.PLAIN_RUN  # shareable messages in a row: after a few, the file is taken as unmeasured
         keeping = True  # whether this file looks for its measured messages in `measured`, and adds to it
         probe = self.MEASURED_PROBE
-        check = probe if measured else -1  # `kept` at the next look at what was found (the first file: never)
+        # `kept` at the next look at what was found; never for the first file, nor once ranks repeat
+        check = probe if measured and not self.measured_ranks_repeat else -1
         hits_before = 0  # measured messages found in `measured` up to the previous look
         for offset, start, end in messages:
             body = data[start:end]
@@ -460,6 +464,8 @@ class NodeDecoder:
             made += 1
         if not made:
             return None, items, starts
+        if keeping and made - kept >= kept:  # found at least as many as it added
+            self.measured_ranks_repeat = True
         build = self.build
         return [item if type(item) is Node else build(item) for item in items], [], []
 
