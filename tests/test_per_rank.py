@@ -3,6 +3,7 @@ always the same bytes out; the reader's fast paths agree with its general parser
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 from pathlib import Path
@@ -163,6 +164,28 @@ def test_a_worker_that_dies_fails_the_run_with_one_error_and_no_output(tmp_path)
     # the first file (in the order given) whose work was on the lost worker is named
     assert re.fullmatch(rf"--cluster local:2: a worker was lost while reading {tmp_path}/logs/rank\d\.log "
                         r"\(KilledWorker\); nothing was written", str(caught.value))
+
+
+def _survey_with_the_collector_off(path, options, name):
+    if gc.isenabled():
+        raise InputError(str(path), "the cyclic GC is on in this worker's survey")
+    return megatron.survey_file(path, options, name)
+
+
+def _build_with_the_collector_off(*args):
+    if gc.isenabled():
+        raise InputError(None, "the cyclic GC is on in this worker's build")
+    return megatron.build_file(*args)
+
+
+def test_dask_workers_survey_and_build_with_the_collector_paused(tmp_path):
+    # as local workers do (forked from a process that paused it): with it on, a profiler
+    # trace's survey spent 40% of its time in the collector
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    paths = write_run(tmp_path / "logs", stages=2, tp=1, microbatches=2)
+    fmt = PerRankFormat(_survey_with_the_collector_off, megatron.plan, _build_with_the_collector_off, megatron.merge)
+    trace = per_rank.run(fmt, paths, Options(cluster="local:1"), Diagnostics())
+    assert sorted(trace.ranks) == [0, 1] and all(rank.nodes for rank in trace.ranks.values())
 
 
 # ---------------------------------------------------------------- Chakra sets written by the workers
