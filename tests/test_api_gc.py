@@ -1,8 +1,9 @@
-"""api.read and api.convert pause the cyclic GC while they make the model, and leave it as it was."""
+"""api.read, api.convert and api.report pause the cyclic GC while they make the model, and leave it as it was."""
 
 from __future__ import annotations
 
 import gc
+import importlib
 import weakref
 
 from conftest import SAMPLES
@@ -46,3 +47,14 @@ def test_read_and_convert_leave_it_on(tmp_path):
     assert gc.isenabled()
     api.convert(LOG, tmp_path / "w", to="chakra")
     assert gc.isenabled()
+
+
+def test_report_schedules_and_writes_its_page_with_the_collector_paused(tmp_path, monkeypatch):
+    report = importlib.import_module("converters.report")  # the package (`converters.report` is the function)
+    seen = []
+    real_build, real_write = report.build_runs, report.write_page
+    monkeypatch.setattr(report, "build_runs", lambda *a, **k: (seen.append(gc.isenabled()), real_build(*a, **k))[1])
+    monkeypatch.setattr(report, "write_page", lambda *a, **k: (seen.append(gc.isenabled()), real_write(*a, **k))[1])
+    api.report(SAMPLES / "chakra_data", tmp_path / "r.html")
+    assert seen == [False, False] and gc.isenabled()
+    assert (tmp_path / "r.html").read_bytes().startswith(b"<!DOCTYPE html>")
