@@ -114,9 +114,10 @@ def main(argv: list[str]) -> int:
     total = sum(p.stat().st_size for p in paths)
     py = sys.executable
     print(f"{ranks} ranks x {size / 1e6:.1f} MB ({total / 1e6:.1f} MB of trace)")
-    one = [py, "-c", "import sys; from converters.builders.kineto import survey_file; from converters.options import "
-           "Options; from pathlib import Path; p = Path(sys.argv[1]); s = survey_file(p, Options(), str(p)); "
-           "print(len(s.records.items))", str(paths[0])]
+    # with the cyclic GC off, as every worker surveys (forked from a process that paused it, or on Dask)
+    one = [py, "-c", "import gc, sys; gc.disable(); from converters.builders.kineto import survey_file; "
+           "from converters.options import Options; from pathlib import Path; p = Path(sys.argv[1]); "
+           "s = survey_file(p, Options(), str(p)); print(len(s.records.items))", str(paths[0])]
     cpu, wall, rss = measured(one)
     print(f"one rank's file -> its items: {cpu:.2f} s CPU ({wall:.2f} s wall), {size / 1e6 / cpu:.1f} MB/s, "
           f"peak RSS {rss / 1e6:.0f} MB ({rss / size:.2f}x the file)")

@@ -2,7 +2,7 @@
 
 A model holds hundreds of thousands of small objects (nodes, their lists and args). When the
 process ends anyway, freeing them one at a time only to give the memory back to the kernel
-costs CPU (a tenth of a second for `stats` on benchmark 7's Chakra set, a quarter for 2 × 105 MB of
+costs CPU (0.1 s for `stats` on benchmark 7's jittered Chakra set, 0.3–0.5 s for 2 × 105 MB of
 profiler traces) and, worse, Python's last collection walks them all. So when et-convert runs
 as a program (`cli.main`), the models it reads are kept here and the process ends with
 `os._exit` once Python's exit handlers have run (Dask closes its cluster in one) and the
