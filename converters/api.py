@@ -219,10 +219,11 @@ def _collector_paused(options: Options):
     """The cyclic GC paused for a reading or a conversion in this process (and its --jobs
     workers, forked): the model is made of objects that live until the output is written and
     form no cycles, and the collector would only rescan them (0.9 s of a 5 s conversion of
-    benchmark 7's logs to Chakra; the peak memory is the same without it). Not with --cluster:
-    the Dask client's event loop makes cyclic garbage all along.
+    benchmark 7's logs to Chakra; the peak memory is the same without it). Also with
+    --cluster, where the client then collects the young generations after each result it
+    receives (`cluster._collect_young`), as Dask's event loop makes cyclic garbage all along.
     """
-    return contextlib.nullcontext() if options.cluster else paused_gc()
+    return paused_gc()
 
 
 def _convert(paths: list[Path], output: str | Path, to: str | None, fmt: str, options: Options,

@@ -30,7 +30,7 @@ def test_collector_back_on_and_cycles_made_meanwhile_still_collected():
     assert alive() is None
 
 
-def test_left_off_when_it_was_off_and_not_paused_on_a_cluster():
+def test_left_off_when_it_was_off_and_paused_on_a_cluster_too():
     gc.disable()
     try:
         with api._collector_paused(Options()):
@@ -39,7 +39,20 @@ def test_left_off_when_it_was_off_and_not_paused_on_a_cluster():
     finally:
         gc.enable()
     with api._collector_paused(Options(cluster="local:1")):
-        assert gc.isenabled()
+        assert not gc.isenabled()
+
+
+def test_the_cluster_client_collects_young_cycles_while_paused():
+    from converters.builders import cluster
+
+    with api._collector_paused(Options(cluster="local:1")):
+        garbage = _Cyclic()
+        garbage.me = garbage  # as Dask's event loop makes for each task
+        alive = weakref.ref(garbage)
+        del garbage
+        assert alive() is not None  # paused: nothing collects it by itself
+        cluster._collect_young()  # what the client does after each result
+        assert alive() is None and not gc.isenabled()
 
 
 def test_read_and_convert_leave_it_on(tmp_path):
