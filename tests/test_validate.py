@@ -306,6 +306,22 @@ def test_missing_attribute_and_wrong_src():
     assert "COLLECTIVE node has no comm_type attribute" in only(findings, "E011").message
 
 
+def test_nodes_of_two_kinds_sharing_one_attrs_list_are_each_checked_for_their_kind():
+    # the Chakra reader gives the nodes of one message tail one attrs list; what it lacks is
+    # found once per list and kind
+    trace = pipeline_model(tp=1, dp=2, pp=2, microbatches=1)
+    for rank in trace.ranks.values():
+        for node in rank.nodes:
+            node.attrs = wire_attrs(node, rank.rank)
+    coll, send = find(trace, 1, "dp all_reduce"), find(trace, 1, "send act mb0")
+    coll.attrs = send.attrs = [a for a in coll.attrs if a.name != "comm_type"]
+    messages = sorted(f.message for f in run_checks(trace) if f.code == "E011")
+    assert messages == ["rank 1: COLLECTIVE node has no comm_type attribute on 1 node; ASTRA-sim reads 0",
+                        "rank 1: SEND node has no comm_dst attribute on 1 node; ASTRA-sim reads 0",
+                        "rank 1: SEND node has no comm_src attribute on 1 node; ASTRA-sim reads 0",
+                        "rank 1: SEND node has no comm_tag attribute on 1 node; ASTRA-sim reads 0"]
+
+
 def test_zero_duration_compute_only_matters_for_chakra_input():
     trace = pipeline_model(tp=1, dp=1, pp=1, microbatches=1)
     find(trace, 0, "forward mb0").duration_ns = 0

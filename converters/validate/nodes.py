@@ -71,15 +71,23 @@ def check_attributes(ctx: Context) -> list[Finding]:
                     if id(attr) in index.bad:
                         tally.add(("E010", attr.name, attr.kind, WIRE_KINDS[attr.name]), node)
         name_of, cpu_true = index.name_of.__getitem__, index.cpu_true
+        # Nodes read from one message tail share one attrs list, so what a list lacks is found
+        # once per (list, kind): (missing required names, marked is_cpu_op=true)
+        found_for: dict[tuple[int, NodeKind], tuple[tuple[str, ...], bool]] = {}
         for i in (*shared.colls, *shared.sends, *shared.recvs):
             node = nodes[i]
-            if node.attrs is None:
+            attrs = node.attrs
+            if attrs is None:
                 continue
-            names = set(map(name_of, map(id, node.attrs)))
-            for name in REQUIRED.get(node.kind, ()):
-                if name not in names:
-                    tally.add(("E011", name, node.kind.name), node)
-            if cpu_true and not cpu_true.isdisjoint(map(id, node.attrs)):
+            found = found_for.get((id(attrs), node.kind))
+            if found is None:
+                names = set(map(name_of, map(id, attrs)))
+                missing = tuple(name for name in REQUIRED.get(node.kind, ()) if name not in names)
+                marked_cpu = bool(cpu_true) and not cpu_true.isdisjoint(map(id, attrs))
+                found = found_for[id(attrs), node.kind] = (missing, marked_cpu)
+            for name in found[0]:
+                tally.add(("E011", name, node.kind.name), node)
+            if found[1]:
                 tally.add(("E017",), node)
         who, ranks, rank = shared.who(), shared.rank_ids, shared.ranks[0]
         for key, node, count in tally.items():
@@ -106,6 +114,7 @@ class _AttrIndex:
 
     def __init__(self, nodes: list[Node]):
         attr_lists = list(filter(None, map(attrgetter("attrs"), nodes)))
+        attr_lists = list(dict(zip(map(id, attr_lists), attr_lists)).values())  # lists shared by nodes once
         distinct = dict(zip(map(id, chain.from_iterable(attr_lists)), chain.from_iterable(attr_lists)))
         self.name_of = {key: attr.name for key, attr in distinct.items()}
         self.bad = {key for key, attr in distinct.items()
