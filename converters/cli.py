@@ -80,7 +80,7 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def main(
+def _root(
     version: Annotated[
         Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = None,

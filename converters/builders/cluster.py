@@ -84,8 +84,9 @@ def _gc_paused(task, *args):
     """`task(*args)` on a worker with the cyclic GC paused, as local workers run (forked from a
     process that paused it: `api._collector_paused`). A survey or a step makes objects that
     live until the next step and form no cycles; with the collector on, a Dask worker spent 40%
-    of a profiler trace's survey rescanning them. The worker's event loop runs meanwhile, and
-    its cycles are collected once the task is over."""
+    of a profiler trace's survey rescanning them. The worker's event loop runs meanwhile; its
+    cycles made during the task go to the oldest generation with the rest (`paused_gc`) and are
+    freed by the next full collection."""
     with paused_gc():
         return task(*args)
 
