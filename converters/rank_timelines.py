@@ -186,6 +186,7 @@ def _placer(ranks: list[Rank], placing):
     planner = _Planner(trace, measured_timeline(replace(trace, ranks={rank.rank: rank for rank in mine})), shift,
                        Diagnostics())
     lists_drawn = Counter(id(rank.nodes) for rank in mine)
+    lists_left = lists_drawn.copy()  # ranks still to place, per node list
 
     def place(rank: Rank, comm_out: list):
         planner.comm_out = comm_out
@@ -193,6 +194,9 @@ def _placer(ranks: list[Rank], placing):
         planner.comm_out = None
         for tpl in planner.templates.values():  # as in one process: args rows only for a list one rank draws
             tpl.drawn = lists_drawn[id(tpl.nodes)]
+        lists_left[id(rank.nodes)] -= 1
+        if not lists_left[id(rank.nodes)]:  # a log's rank: about 12 MB of layout a later rank will not use
+            planner.forget_rank(rank)
         return process
 
     return mine, place
@@ -209,8 +213,9 @@ def _print(fmt: per_rank.PerRankFormat, options: Options, kept: tuple, printing)
         try:
             with open(Path(folder) / f"{process.pid}.part", "wb", buffering=1 << 20) as out:
                 write_parts(out, process_encoder([process], encoder)(process))
+            del process  # (before the next rank is placed)
         except OSError as e:  # a worker elsewhere may not see the output folder
-            raise InputError(output, f"cannot write rank {process.rank}'s part of the timeline on a worker: "
+            raise InputError(output, f"cannot write rank {rank.rank}'s part of the timeline on a worker: "
                                      f"{e.strerror or e} (the output folder must be writable by every worker "
                                      "under this path)") from None
     return None, None

@@ -43,10 +43,10 @@ def whole_file(plan) -> bytes:
 def test_a_process_encoded_alone_has_the_bytes_it_has_in_the_file(kind):
     plan = plan_of(kind)
     data = whole_file(plan)
-    alone = [b"".join(perfetto.encode_process(process, perfetto._EventEncoder())) for process in plan.processes]
+    alone = [_joined(perfetto.encode_process(process, perfetto._EventEncoder())) for process in plan.processes]
     for process in plan.processes:
         process.release()
-    backwards = [b"".join(perfetto.encode_process(process, encoder, shared=True))
+    backwards = [_joined(perfetto.encode_process(process, encoder, shared=True))
                  for encoder in [perfetto._EventEncoder()] for process in reversed(plan.processes)][::-1]
     assert alone == backwards
     assert all(alone) and data.endswith(b"".join(alone))
@@ -111,14 +111,19 @@ def test_shared_layout_processes_with_flows_at_the_same_begins_and_args_of_other
     assert_encoded_together_as_alone(plan)
 
 
+def _joined(blocks) -> bytes:
+    """A process's bytes from its blocks of pieces (`encode_process`)."""
+    return b"".join(b"".join(block) for block in blocks)
+
+
 def assert_encoded_together_as_alone(plan) -> None:
     """The plan's processes encoded by one process_encoder (shared layouts edited from rank to
     rank) give the bytes of each encoded alone, which protobuf itself writes the same."""
-    alone = [b"".join(perfetto.encode_process(process, perfetto._EventEncoder())) for process in plan.processes]
+    alone = [_joined(perfetto.encode_process(process, perfetto._EventEncoder())) for process in plan.processes]
     for process in plan.processes:
         process.release()
     encode = perfetto.process_encoder(plan.processes)
-    assert [b"".join(encode(process)) for process in plan.processes] == alone
+    assert [_joined(encode(process)) for process in plan.processes] == alone
     parsed = pb.Trace()
     parsed.ParseFromString(b"".join(alone))
     assert parsed.SerializeToString() == b"".join(alone)

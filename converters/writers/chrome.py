@@ -51,6 +51,7 @@ from .layout_chrome import (
 )
 
 LARGE_JSON = 1_000_000_000
+SLICES_PER_BLOCK = 4096  # slices printed at a time (`_SliceEncoder.process_parts`)
 ARGS_CACHE_BYTES = 32 << 20  # encoded args kept for reuse by the next ranks
 
 
@@ -116,7 +117,8 @@ def process_encoder(processes: list[Process], encoder: _SliceEncoder | None = No
     one kept from earlier calls (`new_encoder`), whose texts serve these processes too; the
     bytes do not depend on it."""
     encoder = encoder or _SliceEncoder()
-    return encoder_by_process(processes, lambda process, _: encoder.process_parts(process), encoder.finished)
+    return encoder_by_process(processes, lambda process, later: encoder.process_parts(process, later > 0),
+                              encoder.finished)
 
 
 def new_encoder() -> "_SliceEncoder":
@@ -164,16 +166,18 @@ class _SliceEncoder:
         self.last_names: tuple | None = None
         self.last_args: tuple | None = None
 
-    def process_parts(self, process: Process) -> list[bytes]:
-        """The X events of a process, in pieces to be joined (`layout_chrome.write_parts`)."""
+    def process_parts(self, process: Process, shared: bool = True) -> Iterator[list[bytes]]:
+        """The X events of a process, in blocks of pieces to be joined (`layout_chrome.write_parts`),
+        SLICES_PER_BLOCK slices a block. `shared`: a later process has its layout too, so the
+        layout's heads are made whole and kept; else they are made a block at a time."""
         layout = process.layout
         n = len(layout.starts)
         if not n:
-            return []
+            return
         heads = layout.cache.get("chrome")
-        if heads is None:
-            heads = layout.cache["chrome"] = self.layout_heads(layout)
-        names, args = self.names(process), self.args(process)
+        if heads is None and shared:
+            heads = layout.cache["chrome"] = self.layout_heads(layout, 0, n)
+        names = self.names(process)
         pid = b"%d" % process.pid
         lead = _LEAD + pid + b',"tid":' + pid
         # one piece between two slices: the end of one (`}`, or its flow fields) and the start of the next
@@ -191,13 +195,15 @@ class _SliceEncoder:
                     between[j + 1] = tail + lead
                 else:
                     last = tail
-        parts: list[bytes] = [b""] * (4 * n + 1)
-        parts[0:-1:4] = between
-        parts[1::4] = heads
-        parts[2::4] = names
-        parts[3::4] = args
-        parts[-1] = last
-        return parts
+        for k, args in zip(range(0, n, SLICES_PER_BLOCK), self.args_blocks(process)):
+            stop = k + len(args)
+            parts: list[bytes] = [b""] * (4 * len(args))
+            parts[0::4] = between[k:stop]
+            parts[1::4] = heads[k:stop] if heads is not None else self.layout_heads(layout, k, stop)
+            parts[2::4] = names[k:stop]
+            parts[3::4] = args
+            yield parts
+        yield [last]
 
     def finished(self, layout) -> None:
         """Free what was encoded for a layout no later process has (each rank of a log has its own).
@@ -214,15 +220,15 @@ class _SliceEncoder:
         self.args_kept.clear()
         self.args_bytes = 0
 
-    def layout_heads(self, layout) -> list[bytes]:
-        """`SSS,"ts":T,"dur":D,"name":` of every slice of a layout, in drawing order."""
-        starts = layout.drawn(layout.starts)
-        ends = layout.drawn(layout.ends)
+    def layout_heads(self, layout, start: int, stop: int) -> list[bytes]:
+        """`SSS,"ts":T,"dur":D,"name":` of the slices of a layout from `start` to `stop` in drawing order."""
+        starts = layout.drawn(layout.starts, start, stop)
+        ends = layout.drawn(layout.ends, start, stop)
         durations = self.durations
         # one orjson call per column prints every number exactly as it prints a single one
         ts = orjson.dumps([s / 1000 for s in starts])[1:-1].split(b",")
         dur = orjson.dumps([durations[e - s] for s, e in zip(starts, ends)])[1:-1].split(b",")
-        slots = layout.drawn(layout.slots)
+        slots = layout.drawn(layout.slots, start, stop)
         return [b'%0*d,"ts":%b,"dur":%b,"name":' % (_SLOT_DIGITS, slot, t, d) for slot, t, d in zip(slots, ts, dur)]
 
     def names(self, process: Process) -> list[bytes]:
@@ -238,7 +244,27 @@ class _SliceEncoder:
         self.last_names = (layout, process.names, texts)
         return texts
 
+    def args_blocks(self, process: Process) -> Iterator[list[bytes]]:
+        """The args texts of a process in drawing order, SLICES_PER_BLOCK at a time.
+
+        A node list of its own (a log's rank) has a distinct text per slice, about 400 bytes:
+        they are made a block at a time, so a 72,000-node rank does not hold 30 MB of them.
+        Texts shared by ranks (`args`) are made once and only cut into blocks.
+        """
+        layout = process.layout
+        n = len(layout.starts)
+        rows = process.arg_rows()
+        if rows is None:
+            texts = self.args(process)
+            for k in range(0, n, SLICES_PER_BLOCK):
+                yield texts[k:k + SLICES_PER_BLOCK]
+            return
+        self.last_args = None  # nothing to share with the next rank
+        for k in range(0, n, SLICES_PER_BLOCK):
+            yield row_texts(rows.drawn(layout, k, k + SLICES_PER_BLOCK))
+
     def args(self, process: Process) -> list[bytes]:
+        """The args texts of a process whose args are dicts (`slice_args`), in drawing order."""
         # Ranks that share args dicts (one group, one stage) are close in rank order, so a
         # cache that starts over when large keeps the hits and bounds the memory (group
         # member lists can make one args text kilobytes long).
@@ -246,10 +272,6 @@ class _SliceEncoder:
             self.forget_args_texts()
 
         layout, last = process.layout, self.last_args
-        rows = process.arg_rows()
-        if rows is not None:  # a node list of its own: no dicts, nothing to share with the next rank
-            self.last_args = None
-            return layout.drawn(row_texts(rows))
         args = layout.drawn(process.slice_args)
         if last is None or last[0] is not layout:
             texts = self.args_texts(args)

@@ -53,7 +53,7 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress, count, islice, repeat, zip_longest
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
@@ -119,9 +119,11 @@ class Layout:
     threads: list[tuple[int, str]]  # (slot, name) in display order
     cache: dict[str, Any] = field(default_factory=dict)  # writers' encodings of this layout
 
-    def drawn(self, values: list) -> list:
-        """`values` (one per position) in drawing order."""
-        return list(values) if self.order is None else list(map(values.__getitem__, self.order))
+    def drawn(self, values: list, start: int = 0, stop: int | None = None) -> list:
+        """`values` (one per position) in drawing order; from `start` to `stop` in that order."""
+        if self.order is None:
+            return values[start:stop]
+        return list(map(values.__getitem__, self.order[start:stop]))
 
 
 # Values that vary from slice to slice, each printed from a column (`ArgsRows.columns`): the
@@ -161,6 +163,11 @@ class ArgsRows:
 
     shapes: list[ArgsShape]  # per position
     columns: tuple[list, ...]  # per OWN_FIELDS: the value per position (None past the nodes)
+
+    def drawn(self, layout: Layout, start: int, stop: int) -> "ArgsRows":
+        """The rows of the slices from `start` to `stop` in the layout's drawing order."""
+        return ArgsRows(layout.drawn(self.shapes, start, stop),
+                        tuple(layout.drawn(column, start, stop) for column in self.columns))
 
 
 @dataclass(slots=True)
@@ -347,29 +354,31 @@ def lookup_encoded(cache: dict, keys: list, values: list, encode) -> list[bytes]
 WRITE_PARTS = 1 << 14  # pieces joined per write: a process's whole text (megabytes for a log's rank) is never made
 
 
-def encoder_by_process(processes: list[Process], encode_one: Callable[[Process, int], list[bytes]],
-                       finished: Callable[[Layout], None]) -> Callable[[Process], list[bytes]]:
-    """`encode(process)` for each of `processes` in turn: `encode_one(process, how many later
-    processes among them share its layout)`, then the process's args are freed (a log has a
-    dict per node) and, after a layout's last process, `finished(layout)` frees its encoding."""
+def encoder_by_process(processes: list[Process], encode_one: Callable[[Process, int], Iterable[list[bytes]]],
+                       finished: Callable[[Layout], None]) -> Callable[[Process], Iterator[list[bytes]]]:
+    """`encode(process)` for each of `processes` in turn, each read to its end before the next:
+    the blocks of pieces of `encode_one(process, how many later processes among them share its
+    layout)`, then the process's args are freed (a log has a dict per node) and, after a
+    layout's last process, `finished(layout)` frees its encoding."""
     left = Counter(id(process.layout) for process in processes)
 
-    def encode(process: Process) -> list[bytes]:
+    def encode(process: Process) -> Iterator[list[bytes]]:
         layout = process.layout
         left[id(layout)] -= 1
-        parts = encode_one(process, left[id(layout)])
+        yield from encode_one(process, left[id(layout)])
         process.release()
         if not left[id(layout)]:
             finished(layout)
-        return parts
 
     return encode
 
 
-def write_parts(out, parts: list[bytes]) -> None:
-    """Write the pieces of a process's events (the writers' `process_parts`), a batch at a time."""
-    for k in range(0, len(parts), WRITE_PARTS):
-        out.write(b"".join(parts[k:k + WRITE_PARTS]))
+def write_parts(out, blocks: Iterable[list[bytes]]) -> None:
+    """Write a process's events: each block of pieces (the writers' `process_parts`) as it is
+    made, joined a batch at a time."""
+    for parts in blocks:
+        for k in range(0, len(parts), WRITE_PARTS):
+            out.write(b"".join(parts[k:k + WRITE_PARTS]))
 
 
 # ---------------------------------------------------------------- which ranks to draw
@@ -723,6 +732,14 @@ class _Planner:
         return found
 
     # -- per rank
+
+    def forget_rank(self, rank: Rank) -> None:
+        """Let go of what placing `rank` kept for later ranks with its node list (the list's
+        template, which holds the layouts made from it) and of its times, when no later rank
+        placed by this planner has that list. Its process keeps what it needs."""
+        self.templates.pop(id(rank.nodes), None)
+        self.timeline.starts.pop(rank.rank, None)
+        self.timeline.ends.pop(rank.rank, None)
 
     def place_rank(self, rank: Rank) -> Process:
         pid = rank.rank + 1

@@ -44,7 +44,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from itertools import accumulate, chain, compress, count, repeat
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable, Iterable
 
 from .._proto.varint import varint
 from ..diagnostics import Diagnostics
@@ -133,13 +133,14 @@ def head_by_protobuf(plan: Plan) -> bytes:
 
 def process_encoder(processes: list[Process], encoder: _EventEncoder | None = None):
     """`encode(process)`: the packets of each of `processes` in turn (`encode_process`), as
-    pieces to join (`layout_chrome.encoder_by_process`: args and layouts freed as they are done).
+    blocks of pieces to join (`layout_chrome.encoder_by_process`: args and layouts freed as
+    they are done).
     A layout is shared when a later process has it too, or an earlier one encoded it. `encoder`:
     one kept from earlier calls (`new_encoder`), whose encodings serve these processes too (a
     worker that prints its ranks one call each, `rank_timelines`); the bytes do not depend on it."""
     encoder = encoder or _EventEncoder()
 
-    def encode_one(process: Process, later: int) -> list[bytes]:
+    def encode_one(process: Process, later: int) -> Iterable[list[bytes]]:
         return encode_process(process, encoder, shared=later > 0 or "perfetto" in process.layout.cache)
 
     return encoder_by_process(processes, encode_one, encoder.finished)
@@ -150,9 +151,10 @@ def new_encoder() -> _EventEncoder:
     return _EventEncoder()
 
 
-def encode_process(process: Process, encoder: _EventEncoder | None = None, shared: bool = False) -> list[bytes]:
-    """One process's packets, in pieces to be joined (`layout_chrome.write_parts`): the packet
-    interning its names and arg names on its own sequence, then its begins and ends.
+def encode_process(process: Process, encoder: _EventEncoder | None = None, shared: bool = False) -> Iterable[list[bytes]]:
+    """One process's packets, in blocks of pieces to be joined (`layout_chrome.write_parts`),
+    each read before the next process is encoded: the packet interning its names and arg names
+    on its own sequence, then its begins and ends.
 
     The bytes depend on the process alone: `encoder` (a worker's own `_EventEncoder()`, kept
     from one process to the next; None: a new one) keeps only encodings that hold for any
@@ -217,6 +219,7 @@ MAX_ONE_BYTE_SLOT = 0x7F
 # a begin's flow after its head: slot byte, P and the flow's tag (`_FlowHeads`), flow id, flags
 _FLOW_TAIL = struct.Struct("<%dsQBB" % (1 + PID_FIELD_SIZE + len(_FLOW_IDS)))
 _PIECES_PER_PACKET = 3
+EVENTS_PER_BLOCK = 8192  # packets framed at a time (`_EventEncoder.process_parts`)
 # a packet's bytes besides its timestamp field, the piece between its P's and what follows the last
 _PACKET_FIXED = 1 + 2 * PID_FIELD_SIZE  # the sequence id tag and both P's
 
@@ -327,12 +330,6 @@ def pid_bytes(pid: int) -> bytes:
 BEGIN_CACHE_BYTES = 32 << 20  # encoded begins kept for reuse by the next ranks of a layout
 _PLAIN_VALUES = frozenset({str, int})  # arg values whose (key, value) names one encoding (True == 1)
 _COLUMN_VALUES = _PLAIN_VALUES | {type(None)}  # None: a field the slice's args do not have (no dict has None values)
-
-
-def _prepend(packet: bytes, parts: list[bytes]) -> list[bytes]:
-    """`parts` with `packet` written before them (joined to the first piece: no list copy)."""
-    parts[0] = packet + parts[0]
-    return parts
 
 
 class _ArgNames:
@@ -469,9 +466,10 @@ class _EventEncoder:
 
     # -- one process
 
-    def process_parts(self, process: Process, shared: bool) -> list[bytes]:
-        """The interning packet and every begin and end of a process, framed, in pieces to be
-        joined (`layout_chrome.write_parts`); `shared`: its layout serves other processes too."""
+    def process_parts(self, process: Process, shared: bool) -> Iterable[list[bytes]]:
+        """The interning packet and every begin and end of a process, framed, in blocks of pieces
+        to be joined (`layout_chrome.write_parts`), each read before the next process is encoded;
+        `shared`: its layout serves other processes too."""
         layout = process.layout
         columns = layout.cache.get("perfetto")
         if columns is None:
@@ -491,15 +489,20 @@ class _EventEncoder:
         if shared:
             parts = self.member_parts(columns, interned, process, pid, own)
             if parts is not None:
-                return parts
-        # the begins' bodies (head, then tail) by position (as the layout has them), framed in writing order
+                return [parts]
+        # the begins' bodies (head, then tail), made for the begins of a block of events at a time
+        # (a log's rank: about 250 distinct bytes per begin), framed in writing order
         tails = self.begin_tails(layout, process)
         if rows is not None:
             bodies = self.row_begin_bodies(interned, process.names, rows, tails)
         else:
-            bodies = list(map(operator.add, self.begin_heads(interned, process.names, args), tails))
-        del tails
-        return _prepend(interned.packet(pid), self.frame(columns, bodies, pid))
+            heads = self.begin_heads(interned, process.names, args)
+
+            def bodies(positions: list[int]) -> list[bytes]:
+                return list(map(operator.add, map(heads.__getitem__, positions), map(tails.__getitem__, positions)))
+        packet = [interned.packet(pid)]
+        return chain([packet], (self.frame(columns, bodies, k, k + EVENTS_PER_BLOCK)
+                                for k in range(0, columns.size, EVENTS_PER_BLOCK)))
 
     # -- processes drawn with a shared layout (the ranks of a stage in a scheduled trace)
     #
@@ -634,19 +637,24 @@ class _EventEncoder:
                                           for piece, old, tail in zip(pieces_before, kept, tails)]))
         list(map(columns.tails.__setitem__, events, tails))
 
-    def frame(self, columns: _Columns, bodies: list[bytes], pid: bytes) -> list[bytes]:
-        """The pieces of every packet of a layout's events, with these begins' bodies (by
-        position: a head, see `begin_heads`, then its tail, see `begin_tails`) and this P."""
-        # each event's packet after its timestamp, by code (ends, then begins, by position), then in writing order
-        rests = list(map(self.end_rests.__getitem__, columns.layout_slots))
-        rests += map(operator.add, map(self.sequence_event_heads.__getitem__, map(len, bodies)), bodies)
-        rests = list(map(rests.__getitem__, columns.codes))
-        stamps = columns.stamps
-        n = len(stamps)
-        parts: list[bytes] = [b""] * (_PIECES_PER_PACKET * n)
-        parts[0::_PIECES_PER_PACKET] = list(map(self.packet_heads.__getitem__, map(operator.add, columns.stamp_sizes,
-                                                                                    map(len, rests))))
-        parts[1::_PIECES_PER_PACKET] = stamps
+    def frame(self, columns: _Columns, bodies: Callable[[list[int]], list[bytes]], start: int, stop: int) -> list[bytes]:
+        """The pieces of the packets of a layout's events from `start` to `stop` in writing order,
+        with the bodies `bodies(positions)` gives for their begins (a head, see `begin_heads`,
+        then its tail, see `begin_tails`)."""
+        codes = columns.codes[start:stop]
+        n = len(columns.layout_slots)
+        # each event's packet after its timestamp: an end's by its slot; a begin's from its body
+        begins = list(map(operator.ge, codes, repeat(n)))
+        rests = list(map(self.end_rests.__getitem__, map(columns.layout_slots.__getitem__,
+                                                         map(operator.mod, codes, repeat(n)))))
+        made = bodies(list(map(operator.sub, compress(codes, begins), repeat(n))))
+        list(map(rests.__setitem__, compress(count(), begins),
+                 map(operator.add, map(self.sequence_event_heads.__getitem__, map(len, made)), made)))
+        del made
+        parts: list[bytes] = [b""] * (_PIECES_PER_PACKET * len(codes))
+        parts[0::_PIECES_PER_PACKET] = list(map(self.packet_heads.__getitem__, map(
+            operator.add, columns.stamp_sizes[start:stop], map(len, rests))))
+        parts[1::_PIECES_PER_PACKET] = columns.stamps[start:stop]
         parts[2::_PIECES_PER_PACKET] = rests
         return parts
 
@@ -685,10 +693,12 @@ class _EventEncoder:
         interned.begins.update(zip(missing, self.new_begins(interned, [names[j] for j in new], [args[j] for j in new])))
         return list(map(interned.begins.__getitem__, keys))
 
-    def row_begin_bodies(self, interned: _Interned, names: list[str], rows: ArgsRows, tails: list[bytes]) -> list[bytes]:
-        """`begin_heads` of every position, each followed by its tail (`tails`), from args
-        shapes: each shape's fixed annotations encoded once, the own fields' ones per value,
-        name fields and tail filled in by the same `%` (one bytes made per begin)."""
+    def row_begin_bodies(self, interned: _Interned, names: list[str], rows: ArgsRows,
+                         tails: list[bytes]) -> Callable[[list[int]], list[bytes]]:
+        """`bodies(positions)`: `begin_heads` of these positions, each followed by its tail
+        (`tails`), from args shapes: each shape's fixed annotations encoded once (here), the own
+        fields' ones per value, name fields and tail filled in by the same `%` (one bytes made
+        per begin)."""
         # the previous process's formats, if it had the same interning: ranks next to each other share shapes
         # else one of the same items: the ranks of a log have shapes of their own, most of them alike
         previous, formats, alike = interned.args.shape_formats, {}, interned.args.formats_by_items
@@ -706,13 +716,19 @@ class _EventEncoder:
                     text = self.shape_format(interned, shape)
             formats[shape] = text
         interned.args.shape_formats = formats
-        # per position, as the shapes; a field no shape names is not encoded (it has no iid)
+        # a field no shape names is not encoded (it has no iid)
         arg_names, annotations = interned.arg_names, interned.annotations
-        values = [annotations.column(key, column) if key in arg_names else [b""] * len(column)
-                  for key, column in zip(OWN_FIELDS, rows.columns)]
-        values.append(map(interned.name_fields.__getitem__, names))
-        values.append(tails)
-        return list(map(operator.mod, map(formats.__getitem__, rows.shapes), zip(*values)))
+        keys = [key if key in arg_names else None for key in OWN_FIELDS]
+        shapes, columns, name_fields = rows.shapes, rows.columns, interned.name_fields
+
+        def bodies(positions: list[int]) -> list[bytes]:
+            values = [repeat(b"") if key is None else annotations.column(key, list(map(column.__getitem__, positions)))
+                      for key, column in zip(keys, columns)]
+            values.append(map(name_fields.__getitem__, map(names.__getitem__, positions)))
+            values.append(map(tails.__getitem__, positions))
+            return list(map(operator.mod, map(formats.__getitem__, map(shapes.__getitem__, positions)), zip(*values)))
+
+        return bodies
 
     def shape_format(self, interned: _Interned, shape: ArgsShape) -> bytes:
         """The shape's annotations with a `%b` per own field, a `%.0b` per other field, in
