@@ -7,9 +7,12 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import converters as etc
-from converters.validate import run_checks, validate_trace
+from converters.model import Node, NodeKind
+from converters.validate import run_checks, timing, validate_trace
 from helpers.megatron_synth import drop_op, write_run
 
 from conftest import SAMPLES, run_cli
@@ -305,3 +308,48 @@ def test_ranks_put_together_from_two_sets_are_all_checked(tmp_path):
     findings = run_checks(etc.read(tmp_path / "a", fmt="chakra"))
     unmatched = [f for f in findings if f.code == "E034"]
     assert unmatched and all(f.ranks == [3, 5] for f in unmatched)
+
+
+def _outside_by_loop(nodes):
+    """W061's rule, one node at a time (what `timing._outside_parents` computes by columns)."""
+    by_id = {n.id: n for n in nodes}
+    out = []
+    for node in nodes:
+        parent = by_id.get(node.parent) if node.parent is not None else None
+        if parent is not None and (node.start_ns < parent.start_ns - timing.TOLERANCE_NS
+                                   or node.start_ns + node.duration_ns
+                                   > parent.start_ns + parent.duration_ns + timing.TOLERANCE_NS):
+            out.append((node, parent))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 12), st.integers(-60_000, 60_000), st.integers(0, 60_000)), max_size=12))
+def test_sub_operations_outside_their_step_are_found_as_by_a_loop(rows):
+    # (parent id or a missing one, start, duration) per node; ids repeat (the last one wins);
+    # times around TOLERANCE_NS (20 us), so that some lie outside and some just inside
+    nodes = [Node(i % 9, f"n{i}", NodeKind.COMPUTE, duration_ns=duration, start_ns=start,
+                  parent=None if parent < 0 else parent)
+             for i, (parent, start, duration) in enumerate(rows)]
+    assert timing._outside_parents(nodes) == _outside_by_loop(nodes)
+
+
+def test_outside_parents_at_the_tolerance():
+    step = Node(0, "step", NodeKind.COMPUTE, duration_ns=100_000, start_ns=0)
+    subs = [Node(k, f"s{k}", NodeKind.COMPUTE, duration_ns=duration, start_ns=start, parent=parent)
+            for k, (start, duration, parent) in enumerate([(-20_000, 10, 0), (-20_001, 10, 0), (0, 120_000, 0),
+                                                           (0, 120_001, 0), (-99_999, 10, 7)], start=1)]
+    assert [sub.name for sub, parent in timing._outside_parents([step, *subs])] == ["s2", "s4"]
+
+
+def test_schedule_that_is_not_1f1b_in_a_later_iteration(tmp_path):
+    # the steps of each iteration are found in one pass over the nodes: the second iteration's
+    # order is checked on its own steps, and the first iteration stays clean
+    trace = run(tmp_path, iterations=2)
+    nodes = trace.ranks[6].nodes
+    second = [k for k, n in enumerate(nodes) if n.args.get("iteration") == 1 and n.parent is None]
+    i = next(k for k in second if nodes[k].name == "backward_step mb0")
+    j = next(k for k in second if nodes[k].name == "forward_step mb1")
+    nodes[i], nodes[j] = nodes[j], nodes[i]
+    w053 = only(run_checks(trace), "W053")
+    assert w053.message.startswith("rank 6 (stage 3), iteration 1: step 1 is F1, 1F1B runs B0 there")

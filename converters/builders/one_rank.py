@@ -20,7 +20,9 @@ dump is written as it was (and gated by the validator like any input).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
+from itertools import compress, count, repeat
 from operator import attrgetter
 
 from ..diagnostics import Diagnostics
@@ -29,6 +31,7 @@ from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
 ASSUMPTION = ("Collectives of one-member groups are kept as compute nodes with their measured time, or left "
               "out when they took no time: NCCL returns from them at once, ASTRA-sim never completes them.")
 
+_KIND, _GROUP, _COLL = attrgetter("kind"), attrgetter("group"), attrgetter("coll")
 KEPT = "one_rank_collectives_kept"  # trace.metadata key: {"count", "first": source of the first}
 
 # Chakra attributes that only make sense on a communication node.
@@ -45,8 +48,10 @@ def one_rank_collectives(trace: ExecutionTrace, nodes: list[Node], rank: Rank) -
     singles = one_member_groups(trace)
     if not singles:
         return []  # the usual case: no node needs a look (a measured set has hundreds of thousands)
-    group_of = rank.group_of
-    return [i for i, node in enumerate(nodes) if node.kind is NodeKind.COLLECTIVE and group_of(node) in singles]
+    # in C (a log's rank has hundreds of thousands of nodes): the collectives, then their groups
+    collectives = list(compress(count(), map(operator.is_, map(_KIND, nodes), repeat(NodeKind.COLLECTIVE))))
+    of_rank = _GROUP if rank.group_map is None else rank.group_of
+    return list(compress(collectives, map(singles.__contains__, map(of_rank, map(nodes.__getitem__, collectives)))))
 
 
 def one_member_groups(trace: ExecutionTrace) -> set[int | None]:
@@ -65,8 +70,8 @@ def gathers_too_small(trace: ExecutionTrace, nodes: list[Node], rank: Rank) -> l
     """
     out = []
     gather = CollType.ALL_GATHER
-    # the collective types alone first (attribute reads in C): all-gathers are a few of the nodes
-    for i in [i for i, coll in enumerate(map(attrgetter("coll"), nodes)) if coll is gather]:
+    # the collective types alone first (in C): all-gathers are a few of the nodes
+    for i in list(compress(count(), map(operator.is_, map(_COLL, nodes), repeat(gather)))):
         node = nodes[i]
         if node.kind is NodeKind.COLLECTIVE and node.size > 0:
             members = trace.group_size(rank.group_of(node))

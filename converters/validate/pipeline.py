@@ -25,8 +25,10 @@ def check_pipeline(ctx: Context) -> list[Finding] | None:
         return None  # interleaved 1F1B: other counts and order; not checked yet
     findings: list[Finding] = []
     for shared in ctx.shared:
+        steps = _steps_by_iteration(shared)
         for iteration, ops in sorted(_ops_by_iteration(shared).items()):
-            findings.extend(_check_stage(ctx, shared, iteration, ops, max(p.pp, 1), max(p.microbatches, 1)))
+            findings.extend(_check_stage(ctx, shared, iteration, ops, steps.get(iteration, []),
+                                         max(p.pp, 1), max(p.microbatches, 1)))
     return findings
 
 
@@ -43,6 +45,17 @@ def _ops_by_iteration(shared: SharedList) -> dict[int, dict[str, list]]:
     return out
 
 
+def _steps_by_iteration(shared: SharedList) -> dict[int, list]:
+    """iteration -> ("F" or "B", microbatch, node) of its forward and backward steps, in program
+    order: found in one pass (a log of 60 iterations was scanned once per iteration)."""
+    out: dict[int, list] = {}
+    for node in shared.nodes:
+        if node.parent is None and node.args and node.args.get("op") in STEP_OPS:
+            step = ("F" if node.args["op"] == "forward_step" else "B", node.microbatch, node)
+            out.setdefault(node.args.get("iteration", 0), []).append(step)
+    return out
+
+
 def _expected_ops(stages: int, stage: int) -> dict[str, bool]:
     """Which ops a stage runs once per microbatch (True) or never (False)."""
     first, last = stage == 0, stage == stages - 1
@@ -53,8 +66,10 @@ def _expected_ops(stages: int, stage: int) -> dict[str, bool]:
     }
 
 
-def _check_stage(ctx: Context, shared: SharedList, iteration: int, ops: dict[str, list],
+def _check_stage(ctx: Context, shared: SharedList, iteration: int, ops: dict[str, list], order: list,
                  stages: int, microbatches: int) -> list[Finding]:
+    """The findings of one stage's iteration: `ops` from `_ops_by_iteration`, `order` from
+    `_steps_by_iteration`."""
     rank = shared.ranks[0]
     stage = rank.stage if rank.stage is not None else 0
     where = f"{_who(ctx, shared)}{f', iteration {iteration}' if iteration else ''}"
@@ -85,10 +100,6 @@ def _check_stage(ctx: Context, shared: SharedList, iteration: int, ops: dict[str
                 ranks=shared.rank_ids, node=node, rank=rank))
     if not counts_ok:
         return findings
-    order = [("F" if node.args["op"] == "forward_step" else "B", node.microbatch, node)
-             for node in shared.nodes
-             if node.parent is None and node.args and node.args.get("op") in STEP_OPS
-             and node.args.get("iteration", 0) == iteration]
     seen_forward: set[int] = set()
     for step, m, node in order:
         if step == "F":

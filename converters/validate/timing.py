@@ -13,6 +13,9 @@ no real comm durations: only the per-rank checks apply to them.
 
 from __future__ import annotations
 
+import operator
+from itertools import compress, repeat
+
 from ..model import Node, NodeKind
 from .context import Context, SharedList
 from .findings import Finding
@@ -48,7 +51,8 @@ def _overlaps(ctx: Context, shared: SharedList) -> list[Finding]:
     findings: list[Finding] = []
     # Zero-length ops (a receive whose data was already there) cannot overlap anything; nodes
     # measured on different streams (a profiler's GPU streams and threads) run side by side.
-    top = sorted((n for n in nodes if n.parent is None and n.duration_ns > 0), key=lambda n: (n.start_ns, n.duration_ns))
+    tops = compress(nodes, map(operator.is_, map(_PARENT, nodes), repeat(None)))  # in C: most nodes are sub-operations
+    top = sorted((n for n in tops if n.duration_ns > 0), key=lambda n: (n.start_ns, n.duration_ns))
     first: tuple[Node, Node] | None = None
     count = 0
     previous_on: dict[str, Node] = {}
@@ -87,21 +91,23 @@ def _fused_halves(a: Node, b: Node) -> bool:
 
 
 def _outside_parents(nodes: list[Node]) -> list[tuple[Node, Node]]:
-    """(sub-operation, its step) for each sub-operation that lies outside its step (a loop over
-    every sub-operation of a measured log: written out flat)."""
-    by_id = {n.id: n for n in nodes}
-    out = []
-    for node in nodes:
-        if node.parent is None:
-            continue
-        parent = by_id.get(node.parent)
-        if parent is None:
-            continue
-        start = node.start_ns
-        if (start < parent.start_ns - TOLERANCE_NS
-                or start + node.duration_ns > parent.start_ns + parent.duration_ns + TOLERANCE_NS):
-            out.append((node, parent))
-    return out
+    """(sub-operation, its step) for each sub-operation that lies outside its step, in node
+    order; a sub-operation whose step is not among `nodes` is left out. Compared column by
+    column in C: a measured log has hundreds of thousands of sub-operations."""
+    by_id = dict(zip(map(_ID, nodes), nodes))
+    subs = list(compress(nodes, map(operator.is_not, map(_PARENT, nodes), repeat(None))))
+    parents = list(map(by_id.get, map(_PARENT, subs), repeat(_ANY_TIME)))
+    starts = list(map(_START, subs))
+    parent_starts = list(map(_START, parents))
+    early = map(operator.lt, starts, map(operator.sub, parent_starts, repeat(TOLERANCE_NS)))
+    late = map(operator.gt, map(operator.add, starts, map(_DURATION, subs)),
+               map(operator.add, map(operator.add, parent_starts, map(_DURATION, parents)), repeat(TOLERANCE_NS)))
+    return list(compress(zip(subs, parents), map(operator.or_, early, late)))
+
+
+_ID, _PARENT, _START, _DURATION = (operator.attrgetter(name) for name in ("id", "parent", "start_ns", "duration_ns"))
+# the step of a sub-operation whose step is missing: it holds any time
+_ANY_TIME = Node(-1, "", NodeKind.COMPUTE, duration_ns=1 << 64, start_ns=-(1 << 63))
 
 
 def _receives_after_sends(ctx: Context) -> list[Finding]:
