@@ -187,3 +187,14 @@ def test_field_pieces_are_annotations(iid, value):
         return
     assert pieces[value] == (b"" if value is None else perfetto._annotation(iid, value))
 
+
+
+@given(st.integers(1, 20000), st.lists(st.one_of(st.integers(-(2**63), 2**63 - 1), TEXT, st.text(min_size=200)),
+                                       unique=True, max_size=20))
+def test_field_pieces_made_a_column_at_a_time_are_annotations(iid, values):
+    # `add_many`: the column route of `_Annotations.column` (strings long enough for 2-byte
+    # lengths, ints up to int64's ends, negative ones through `__missing__`)
+    pieces = perfetto._FieldPieces(iid)
+    pieces.add_many(values)
+    assert len(pieces) == len(values) + 1  # and None
+    assert [pieces[value] for value in values] == [perfetto._annotation(iid, value) for value in values]

@@ -25,3 +25,11 @@ def varint(value: int) -> bytes:
         out += _CONTINUED_14[value & 0x3FFF]
         value >>= 14
     return out + _VARINTS_14[value]
+
+
+def varints(values: list[int]) -> list[bytes]:
+    """`varint` of each of `values`, by table look-ups in C when all are below 2**14 (lengths,
+    small ids)."""
+    if values and 0 <= min(values) and max(values) < 0x4000:
+        return list(map(_VARINTS_14.__getitem__, values))
+    return list(map(varint, values))
