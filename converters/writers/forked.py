@@ -23,7 +23,7 @@ import signal
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Sequence
 
 from ..diagnostics import InputError
 from ..gc_pause import paused_gc
@@ -235,7 +235,7 @@ def _how_it_ended(status: int) -> str:
 
 def draw(start: PlanStart, out: BinaryIO, options, beside: Path | None,
          write_head: Callable[[Plan, BinaryIO], None],
-         make_encoder: Callable[[list[Process]], Callable[[Process], list[bytes]]]) -> Plan:
+         make_encoder: Callable[[list[Process]], Callable[[Process], Iterable[list[bytes]]]]) -> Plan:
     """A timeline writer's head and processes for the drawn ranks of `start`: by forked workers
     (`draw_in_workers`) when `workers_for` finds the work big enough or --jobs asks, else here.
     The same bytes either way; returns the plan, the caller writes what follows the processes."""
@@ -255,7 +255,7 @@ def draw_in_workers(
     jobs: int,
     beside: Path | None,
     write_head: Callable[[Plan, BinaryIO], None],
-    make_encoder: Callable[[list[Process]], Callable[[Process], list[bytes]]],
+    make_encoder: Callable[[list[Process]], Callable[[Process], Iterable[list[bytes]]]],
 ) -> Plan:
     """Place and print the drawn ranks of `start` (`layout_chrome.start_plan`) in `jobs` forked
     workers; returns the plan (its processes: ProcessHeads, then `start.beside`).
@@ -308,13 +308,13 @@ def draw_in_workers(
     return plan
 
 
-def write_processes(out: BinaryIO, processes: Sequence, make_encoder: Callable[[Sequence], Callable[[Any], list[bytes]]],
+def write_processes(out: BinaryIO, processes: Sequence, make_encoder: Callable[[Sequence], Callable[[Any], Iterable[list[bytes]]]],
                     jobs: int, beside: Path | None = None, weight: Callable[[Any], int] | None = None) -> None:
     """Write the events of every process into `out`, in order, encoded by `jobs` workers.
 
     `make_encoder(block)` is called once per worker with its contiguous block of processes
-    and returns `encode(process) -> list[bytes]`, called on each process of the block in
-    order: the pieces are written as they come (`layout_chrome.write_parts`). This process
+    and returns `encode(process)`, its blocks of pieces, called on each process of the block in
+    order: the blocks are written as they come (`layout_chrome.write_parts`). This process
     encodes the first block straight into `out`; each other worker writes its block into an
     unnamed temporary file in `beside` (nothing is left behind, even when killed), copied
     into `out` after the first block. With one block this is the plain loop.
@@ -344,7 +344,7 @@ class _BlockFiles:
         for f in self.files:
             f.close()
 
-    def print(self, k: int, processes: Sequence, make_encoder: Callable[[Sequence], Callable[[Any], list[bytes]]]) -> None:
+    def print(self, k: int, processes: Sequence, make_encoder: Callable[[Sequence], Callable[[Any], Iterable[list[bytes]]]]) -> None:
         """Worker k's block: the pieces of each process as `make_encoder(processes)` encodes them."""
         target = self.out if k == 0 else open(self.files[k - 1].fileno(), "wb", buffering=1 << 20, closefd=False)
         encode = make_encoder(processes)

@@ -735,8 +735,8 @@ class _Planner:
 
     def forget_rank(self, rank: Rank) -> None:
         """Let go of what placing `rank` kept for later ranks with its node list (the list's
-        template, which holds the layouts made from it) and of its times, when no later rank
-        placed by this planner has that list. Its process keeps what it needs."""
+        template, which holds the layouts made from it) and of its times; for a planner that
+        places no later rank with that list. Its process keeps what it needs."""
         self.templates.pop(id(rank.nodes), None)
         self.timeline.starts.pop(rank.rank, None)
         self.timeline.ends.pop(rank.rank, None)

@@ -1128,9 +1128,9 @@ class _FieldPieces(dict):
         return text
 
     def add_many(self, values: list) -> None:
-        """Encode these values (distinct, not cached yet, each a str, an int or None) as
-        `__missing__` would, a column at a time: a log's own fields (node ids, sources) are
-        mostly distinct, and a Python step per value cost a third of printing its args."""
+        """Encode these values (distinct, not cached yet, each a str or an int) as `__missing__`
+        would, a column at a time: a log's own fields (node ids, sources) are mostly distinct,
+        and a Python call per value was most of `_Annotations.column`'s time."""
         kinds = list(map(type, values))
         strs = list(compress(values, map(operator.is_, kinds, repeat(str))))
         ints = list(compress(values, map(operator.is_, kinds, repeat(int))))
