@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import weakref
 from pathlib import Path
 
 import pytest
@@ -406,3 +407,30 @@ def test_fewer_files_than_workers_are_shared_among_them_when_big_or_on_a_cluster
     monkeypatch.setattr(per_rank, "available_memory", lambda: 11_000)  # less than twice 6 x 1000 bytes
     assert per_rank.let_go_alone(shared, one) == [True, True]
     assert per_rank.let_go_alone([Unit(one[0])], one) == [False]
+
+
+class _Watched:
+    """A step's result whose life on the worker a test follows."""
+
+
+_WATCHED: list = []  # on each worker: weak references to the results it sent
+
+
+def _send_watched(fmt, options, kept, _):
+    result = _Watched()
+    _WATCHED.append(weakref.ref(result))
+    return kept, result
+
+
+def _results_still_held(fmt, options, kept, _):
+    gc.collect()
+    return kept, sum(ref() is not None for ref in _WATCHED)
+
+
+def test_a_worker_does_not_hold_a_result_it_has_sent(tmp_path):
+    # a step's result can be big (the comm slices of a file's drawn ranks); the worker held the
+    # last one through the next step
+    with per_rank.start_workers(megatron.MEGATRON, clean_logs(tmp_path), Options(jobs=2), streaming=True) as workers:
+        workers.keep_parts(Diagnostics())
+        assert all(isinstance(result, _Watched) for result in workers.step(_send_watched, None, "sending"))
+        assert workers.step(_results_still_held, None, "looking") == [0] * 8

@@ -434,6 +434,7 @@ def _worker(fmt: PerRankFormat, options: Options, files: list[tuple[int, Unit, b
             for index in list(kept):
                 kept[index], result = step(fmt, options, kept[index], arg)
                 link.send((index, result, None))
+                del result  # sent: not held through the next file or step (a file's comm slices: MBs)
     except InputError as e:
         link.send((index, None, e))
     except EOFError:
