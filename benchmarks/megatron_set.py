@@ -32,6 +32,12 @@ def write_set(directory: Path, jitter: int = 0) -> list[Path]:
 
 
 if __name__ == "__main__":
-    jitter = int(sys.argv[sys.argv.index("--jitter") + 1]) if "--jitter" in sys.argv else 0
-    paths = write_set(Path(sys.argv[1]), jitter)
-    print(f"{len(paths)} logs, {sum(p.stat().st_size for p in paths) / 1e6:.1f} MB in {sys.argv[1]}")
+    import argparse
+
+    # argparse, so that `--help` prints this usage instead of becoming the output directory
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--jitter", type=int, default=0)
+    found = parser.parse_args()
+    paths = write_set(found.directory, found.jitter)
+    print(f"{len(paths)} logs, {sum(p.stat().st_size for p in paths) / 1e6:.1f} MB in {found.directory}")
