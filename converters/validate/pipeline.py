@@ -25,35 +25,32 @@ def check_pipeline(ctx: Context) -> list[Finding] | None:
         return None  # interleaved 1F1B: other counts and order; not checked yet
     findings: list[Finding] = []
     for shared in ctx.shared:
-        steps = _steps_by_iteration(shared)
-        for iteration, ops in sorted(_ops_by_iteration(shared).items()):
+        ops_of, steps = _ops_and_steps_by_iteration(shared)
+        for iteration, ops in sorted(ops_of.items()):
             findings.extend(_check_stage(ctx, shared, iteration, ops, steps.get(iteration, []),
                                          max(p.pp, 1), max(p.microbatches, 1)))
     return findings
 
 
-def _ops_by_iteration(shared: SharedList) -> dict[int, dict[str, list]]:
-    """iteration -> op name -> [(microbatch, node)] in program order (sub-operations left out)."""
-    out: dict[int, dict[str, list]] = {}
+def _ops_and_steps_by_iteration(shared: SharedList) -> tuple[dict[int, dict[str, list]], dict[int, list]]:
+    """In one pass over the nodes, in program order (sub-operations left out): iteration -> op
+    name -> [(microbatch, node)] of the ops with a microbatch, and iteration -> ("F" or "B",
+    microbatch, node) of its forward and backward steps (a log of 60 iterations was scanned
+    once per iteration for its steps)."""
+    ops: dict[int, dict[str, list]] = {}
+    steps: dict[int, list] = {}
     for node in shared.nodes:
         if node.parent is not None or not node.args:
             continue
         op = node.args.get("op")
-        if op is None or node.microbatch is None:
+        if op is None:
             continue
-        out.setdefault(node.args.get("iteration", 0), {}).setdefault(op, []).append((node.microbatch, node))
-    return out
-
-
-def _steps_by_iteration(shared: SharedList) -> dict[int, list]:
-    """iteration -> ("F" or "B", microbatch, node) of its forward and backward steps, in program
-    order: found in one pass (a log of 60 iterations was scanned once per iteration)."""
-    out: dict[int, list] = {}
-    for node in shared.nodes:
-        if node.parent is None and node.args and node.args.get("op") in STEP_OPS:
-            step = ("F" if node.args["op"] == "forward_step" else "B", node.microbatch, node)
-            out.setdefault(node.args.get("iteration", 0), []).append(step)
-    return out
+        iteration = node.args.get("iteration", 0)
+        if op in STEP_OPS:
+            steps.setdefault(iteration, []).append(("F" if op == "forward_step" else "B", node.microbatch, node))
+        if node.microbatch is not None:
+            ops.setdefault(iteration, {}).setdefault(op, []).append((node.microbatch, node))
+    return ops, steps
 
 
 def _expected_ops(stages: int, stage: int) -> dict[str, bool]:
@@ -68,8 +65,8 @@ def _expected_ops(stages: int, stage: int) -> dict[str, bool]:
 
 def _check_stage(ctx: Context, shared: SharedList, iteration: int, ops: dict[str, list], order: list,
                  stages: int, microbatches: int) -> list[Finding]:
-    """The findings of one stage's iteration: `ops` from `_ops_by_iteration`, `order` from
-    `_steps_by_iteration`."""
+    """The findings of one stage's iteration: its `ops` and steps in `order`, from
+    `_ops_and_steps_by_iteration`."""
     rank = shared.ranks[0]
     stage = rank.stage if rank.stage is not None else 0
     where = f"{_who(ctx, shared)}{f', iteration {iteration}' if iteration else ''}"
