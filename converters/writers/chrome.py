@@ -166,7 +166,7 @@ class _SliceEncoder:
         self.last_names: tuple | None = None
         self.last_args: tuple | None = None
 
-    def process_parts(self, process: Process, shared: bool = True) -> Iterator[list[bytes]]:
+    def process_parts(self, process: Process, shared: bool) -> Iterator[list[bytes]]:
         """The X events of a process, in blocks of pieces to be joined (`layout_chrome.write_parts`),
         SLICES_PER_BLOCK slices a block. `shared`: a later process has its layout too, so the
         layout's heads are made whole and kept; else they are made a block at a time."""
