@@ -159,12 +159,15 @@ def _place(fmt: per_rank.PerRankFormat, options: Options, kept, placing) -> tupl
     """Place this file's drawn ranks; their heads and comm slices go back, the ranks stay here
     (or are let go, `per_rank.LetGo`)."""
     placed, drawn = [], []
+    let_go = isinstance(kept, per_rank.LetGo)
     for rank, place in _drawn(fmt, options, kept, placing):
         comms = []
         process = place(rank, comms)
         placed.append((ProcessHead.of(process), comms[0]))
-        drawn.append(rank)
-    return (kept if isinstance(kept, per_rank.LetGo) else drawn, placing), placed
+        if not let_go:  # a rank built again is dropped once placed (and built again to print)
+            drawn.append(rank)
+        del rank, place, process  # (a let-go rank: freed before the next is built)
+    return (kept if let_go else drawn, placing), placed
 
 
 def _drawn(fmt: per_rank.PerRankFormat, options: Options, kept, placing):
@@ -172,8 +175,11 @@ def _drawn(fmt: per_rank.PerRankFormat, options: Options, kept, placing):
     when the file was let go of (`per_rank.rank_batches`)."""
     for ranks in per_rank.rank_batches(fmt, options, kept):
         mine, place = _placer(ranks, placing)
-        for rank in mine:
-            yield rank, place
+        del ranks
+        mine.reverse()  # popped from the end: what was yielded is not kept here while the next batch is built
+        while mine:
+            yield mine.pop(), place
+        del place
 
 
 def _placer(ranks: list[Rank], placing):
@@ -213,9 +219,9 @@ def _print(fmt: per_rank.PerRankFormat, options: Options, kept: tuple, printing)
         try:
             with open(Path(folder) / f"{process.pid}.part", "wb", buffering=1 << 20) as out:
                 write_parts(out, process_encoder([process], encoder)(process))
-            del process  # (before the next rank is placed)
         except OSError as e:  # a worker elsewhere may not see the output folder
             raise InputError(output, f"cannot write rank {rank.rank}'s part of the timeline on a worker: "
                                      f"{e.strerror or e} (the output folder must be writable by every worker "
                                      "under this path)") from None
+        del rank, place, process  # (before the next rank is placed, or built when let go of)
     return None, None

@@ -153,7 +153,8 @@ def _bytes_of(paths: list[Path]) -> int:
 def too_big_for_one_process(paths: list[Path]) -> bool:
     """Whether drawing `paths` in one process would take more than half the memory available
     (False when that is not known): the workers then let go of a share of a file even when it is
-    their only one, for a flat memory (benchmark 6: 674 -> 490 MB together, 10.0 -> 12.9 s CPU)."""
+    their only one, for a flat memory (benchmark 6: 472-489 -> 336-338 MB together, about 15 ->
+    17 s CPU on the slower machine of 2026-11-27)."""
     memory = available_memory()
     return 0 < memory < 2 * _bytes_of(paths) * ONE_FILE_MEMORY_PER_BYTE
 
@@ -254,11 +255,15 @@ class LetGo:
             yield from fmt.build(copy.copy(piece), self.plan, options)  # (build lets go of its survey's records)
 
     def ranks(self, fmt: PerRankFormat, options: Options) -> Iterator:
+        """The finished ranks, each built when asked for; nothing here keeps one while the
+        next is built (a loop variable would: `del` once used)."""
         for part in self.parts(fmt, options):
             rank = fmt.finish(part, self.joined)
+            del part
             for change, arg in self.changes:
                 change(rank, arg)
             yield rank
+            del rank
 
 
 def ranks_of(fmt: PerRankFormat, options: Options, kept) -> Iterable:
@@ -272,6 +277,7 @@ def rank_batches(fmt: PerRankFormat, options: Options, kept) -> Iterator[list]:
     if isinstance(kept, LetGo):
         for rank in kept.ranks(fmt, options):
             yield [rank]
+            del rank  # (before the next is built)
     else:
         yield kept
 
@@ -357,7 +363,7 @@ def _build(fmt: PerRankFormat, options: Options, survey, plan):
 def _build_and_keep(fmt: PerRankFormat, options: Options, survey, plan):
     if isinstance(survey, LetGo):
         survey.plan = plan
-        return survey, [fmt.summarize(part) for part in survey.parts(fmt, options)]  # one part at a time
+        return survey, each_released(fmt.summarize, survey.parts(fmt, options))  # one part at a time
     parts = fmt.build(survey, plan, options)
     return parts, [fmt.summarize(part) for part in parts]
 
@@ -376,10 +382,20 @@ def whole(rank, _):
 
 def _each_rank(fmt: PerRankFormat, options: Options, kept, work_and_arg):
     work, arg, change = work_and_arg
-    results = [(rank.rank, work(rank, arg)) for rank in ranks_of(fmt, options, kept)]
+    results = each_released(lambda rank: (rank.rank, work(rank, arg)), ranks_of(fmt, options, kept))
     if isinstance(kept, LetGo) and change is not None:
         kept.changes.append((change, arg))  # after: `work` made it in the ranks just built
     return kept, results
+
+
+def each_released(work: Callable, items: Iterable) -> list:
+    """`[work(item) for item in items]`, without holding an item while the next is made (a
+    loop's variable would): a let-go file's ranks are built one at a time."""
+    results = []
+    for item in items:
+        results.append(work(item))
+        del item
+    return results
 
 
 class ProcessWorkers(Workers):
