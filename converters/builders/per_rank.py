@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from ..diagnostics import Diagnostics, InputError
+from ..memory import available as memory_available
 from ..model import ExecutionTrace
 from ..options import Options
 
@@ -197,15 +198,9 @@ def hold_budget(fmt: PerRankFormat, memory: int) -> int:
 
 
 def available_memory() -> int:
-    """The memory this machine has available now (MemAvailable), or 0 when it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    """The memory this process may still use (`memory.available`: MemAvailable, or less under a
+    cgroup's limit), or 0 when it cannot be told."""
+    return memory_available()
 
 
 def files_to_hold(sizes: list[int], budget: int, alone: list[bool] | None = None) -> list[bool]:
