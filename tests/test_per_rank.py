@@ -260,8 +260,8 @@ def test_a_jobs_worker_that_dies_while_writing_leaves_no_set(tmp_path, monkeypat
     out = tmp_path / "out"
     with pytest.raises(InputError) as caught:
         etc.convert(paths, out / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
-    assert re.fullmatch(rf"a worker process died while writing {tmp_path}/clean/rank\d\.log or a file after it",
-                        str(caught.value))
+    assert re.fullmatch(rf"a worker process died while writing {tmp_path}/clean/rank\d\.log or a file after it: "
+                        r"it exited with code 1", str(caught.value))
     assert not out.exists()
 
 

@@ -416,12 +416,12 @@ class ProcessWorkers(Workers):
             self.processes.append(process)
 
     def surveys(self) -> list:
-        return _collect(self.links, self.paths, "reading")
+        return _collect(self.links, self.processes, self.paths, "reading")
 
     def start(self, step: Callable, arg, doing: str) -> Callable[[], list]:
         for link in self.links:
             link.send((step, arg))
-        return lambda: _collect(self.links, self.paths, doing)
+        return lambda: _collect(self.links, self.processes, self.paths, doing)
 
     def close(self) -> None:
         for process in self.processes:
@@ -461,9 +461,10 @@ def without_records(survey):
     return light
 
 
-def _collect(links: list, paths: list[Path], doing: str) -> list:
+def _collect(links: list, processes: list, paths: list[Path], doing: str) -> list:
     """Each file's result, in file order. A bad file stops its worker; the error of the first
-    bad file in the order given is raised, as reading them one by one would."""
+    bad file in the order given is raised, as reading them one by one would. A worker that dies
+    fails the run, saying how it ended (killed: most often by the kernel, out of memory)."""
     results: dict[int, Any] = {}
     errors: dict[int, InputError] = {}
     jobs = len(links)
@@ -474,7 +475,8 @@ def _collect(links: list, paths: list[Path], doing: str) -> list:
             try:
                 index, value, error = link.recv()
             except EOFError:
-                raise InputError(None, f"a worker process died while {doing} {paths[k]} or a file after it") from None
+                raise InputError(None, f"a worker process died while {doing} {paths[k]} or a file after it"
+                                       f"{_how_it_died(processes[k])}") from None
             if error is not None:
                 errors[index] = error
                 del left[k]
@@ -486,6 +488,16 @@ def _collect(links: list, paths: list[Path], doing: str) -> list:
     if errors:
         raise first_error(errors, paths)
     return [results[i] for i in range(len(paths))]
+
+
+def _how_it_died(process) -> str:
+    """': it was killed by SIGKILL (out of memory?)' and the like; '' if it has not ended."""
+    process.join(timeout=5)  # (its pipe closed as it ended)
+    if process.exitcode is None:
+        return ""
+    from ..writers.forked import how_it_ended  # (only when a worker died)
+
+    return f": it {how_it_ended(process.exitcode)}"
 
 
 def first_error(errors: dict[int, InputError], paths: list[Path]) -> InputError:

@@ -140,7 +140,7 @@ class _Child:
         message = _read_message(self.results)
         if message is None:
             status = self._reap()
-            raise WorkerFailed(None, f"{what} (process {status[0]}) {_how_it_ended(status[1])} before finishing; "
+            raise WorkerFailed(None, f"{what} (process {status[0]}) {how_it_ended(os.waitstatus_to_exitcode(status[1]))} before finishing; "
                                      "nothing written")
         ok, value = message
         if not ok:
@@ -218,16 +218,18 @@ def _read_message(f) -> Any:
     return pickle.loads(data)
 
 
-def _how_it_ended(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
+def how_it_ended(exitcode: int) -> str:
+    """How a worker ended, from its exit code as `os.waitstatus_to_exitcode` and multiprocessing
+    give it (killed by a signal: the signal's number, negative)."""
+    if exitcode < 0:
+        number = -exitcode
         try:
             name = signal.Signals(number).name
         except ValueError:
             name = f"signal {number}"
         hint = " (out of memory?)" if number == signal.SIGKILL else ""
         return f"was killed by {name}{hint}"
-    return f"exited with code {os.waitstatus_to_exitcode(status)}"
+    return f"exited with code {exitcode}"
 
 
 # ---------------------------------------------------------------- timelines (Chrome JSON, Perfetto)
