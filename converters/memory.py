@@ -8,6 +8,7 @@ has hundreds of GB, and the kernel would kill it instead.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +22,14 @@ def available(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")
     known = [m for m in (meminfo_available(proc / "meminfo"), cgroup_room(proc / "self" / "cgroup", cgroups))
              if m is not None]
     return min(known, default=0)
+
+
+def resident(statm: Path = Path("/proc/self/statm")) -> int:
+    """This process's resident memory now, in bytes; 0 when it cannot be read."""
+    try:
+        return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def meminfo_available(meminfo: Path) -> int | None:

@@ -94,3 +94,15 @@ def test_the_workers_plan_with_this_figure(tmp_path, monkeypatch):
     monkeypatch.setattr(per_rank, "memory_available", lambda: 11_000)  # a job limited below 2 x 6 x 1000 bytes
     assert per_rank.too_big_for_one_process([log])
     assert per_rank.available_memory() == 11_000
+
+
+def test_this_process_s_resident_memory(tmp_path):
+    import os
+
+    statm = tmp_path / "statm"
+    statm.write_text("5000 1000 300 10 0 700 0\n")  # size, resident, shared... in pages
+    assert memory.resident(statm) == 1000 * os.sysconf("SC_PAGE_SIZE")
+    statm.write_text("")
+    assert memory.resident(statm) == 0
+    assert memory.resident(tmp_path / "none") == 0
+    assert memory.resident() > 10 << 20  # this interpreter, with pytest loaded
