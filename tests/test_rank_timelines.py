@@ -102,7 +102,8 @@ def test_a_worker_that_fails_while_printing_leaves_no_output(tmp_path, monkeypat
     with pytest.raises(InputError) as caught:
         etc.convert(paths, out / "t.json", diagnostics=Diagnostics(), jobs=2)
     if printer is _dying_printer:
-        expected = rf"a worker process died while printing {tmp_path}/logs/rank\d\.log or a file after it: it exited with code 1"
+        expected = (rf"a worker process died while printing {tmp_path}/logs/rank\d\.log or a file after it: "
+                    r"it exited with code 1")
     else:
         expected = (rf"{out}/t.json: cannot write rank 0's part of the timeline on a worker: No space left on device "
                     r"\(the output folder must be writable by every worker under this path\)")

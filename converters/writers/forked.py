@@ -154,8 +154,8 @@ class _Child:
         message = _read_message(self.results)
         if message is None:
             status = self._reap()
-            raise WorkerFailed(None, f"{what} (process {status[0]}) {how_it_ended(os.waitstatus_to_exitcode(status[1]))} before finishing; "
-                                     "nothing written")
+            ended = how_it_ended(os.waitstatus_to_exitcode(status[1]))
+            raise WorkerFailed(None, f"{what} (process {status[0]}) {ended} before finishing; nothing written")
         ok, value = message
         if not ok:
             raise value
