@@ -407,6 +407,30 @@ def test_fewer_files_than_workers_are_shared_among_them_when_big_or_on_a_cluster
     monkeypatch.setattr(per_rank, "available_memory", lambda: 11_000)  # less than twice 6 x 1000 bytes
     assert per_rank.let_go_alone(shared, one) == [True, True]
     assert per_rank.let_go_alone([Unit(one[0])], one) == [False]
+    # a cluster's workers: their memory decides, not this machine's
+    assert per_rank.let_go_alone(shared, one, 1 << 30) == [False, False]
+    monkeypatch.setattr(per_rank, "available_memory", lambda: 1 << 30)
+    assert per_rank.let_go_alone(shared, one, 11_000) == [True, True]
+
+
+def test_a_cluster_lets_go_of_a_share_when_its_workers_memory_is_short_not_this_machine_s(tmp_path, monkeypatch):
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    from types import SimpleNamespace
+
+    from converters.builders import cluster
+
+    log = tmp_path / "a.log"
+    log.write_bytes(b"x" * 1000)
+    units = [per_rank.Unit(log, (0, 2)), per_rank.Unit(log, (1, 2))]
+    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 400)  # 2 workers: 800 bytes hold the first share
+    dask = SimpleNamespace(fmt=megatron.MEGATRON, paths=[log, log])
+    for client, worker, held in ((11_000, 1 << 30, [True, True]), (1 << 30, 11_000, [True, False])):
+        monkeypatch.setattr(per_rank, "available_memory", lambda: client)
+        workers = [{"memory_limit": worker}, {"memory_limit": worker}]
+        assert cluster.DaskWorkers._hold(dask, units, workers, True) == held
+    # a cluster whose workers say no limit: this machine's memory decides, as before
+    monkeypatch.setattr(per_rank, "available_memory", lambda: 11_000)
+    assert cluster.DaskWorkers._hold(dask, units, [{"memory_limit": 0}] * 2, True) == [True, False]
 
 
 class _Watched:

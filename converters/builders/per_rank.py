@@ -151,12 +151,13 @@ def _bytes_of(paths: list[Path]) -> int:
     return total
 
 
-def too_big_for_one_process(paths: list[Path]) -> bool:
+def too_big_for_one_process(paths: list[Path], memory: int | None = None) -> bool:
     """Whether drawing `paths` in one process would take more than half the memory available
-    (False when that is not known): the workers then let go of a share of a file even when it is
-    their only one, for a flat memory (benchmark 6: 472-489 -> 336-338 MB together, about 15 ->
-    17 s CPU on the slower machine of 2026-11-27)."""
-    memory = available_memory()
+    (`memory`: a process's, by default this one's; False when that is not known): the workers
+    then let go of a share of a file even when it is their only one, for a flat memory
+    (benchmark 6: 472-489 -> 336-338 MB together, about 15 -> 17 s CPU on the slower machine
+    of 2026-11-27)."""
+    memory = available_memory() if memory is None else memory
     return 0 < memory < 2 * _bytes_of(paths) * ONE_FILE_MEMORY_PER_BYTE
 
 
@@ -219,9 +220,10 @@ def files_to_hold(sizes: list[int], budget: int, alone: list[bool] | None = None
     return hold
 
 
-def let_go_alone(units: list[Unit], paths: list[Path]) -> list[bool]:
-    """For `files_to_hold`: the shares of files, when memory is short (`too_big_for_one_process`)."""
-    short = any(unit.share for unit in units) and too_big_for_one_process(paths)
+def let_go_alone(units: list[Unit], paths: list[Path], memory: int | None = None) -> list[bool]:
+    """For `files_to_hold`: the shares of files, when memory is short (`too_big_for_one_process`;
+    `memory`: a worker's, by default what this process has available)."""
+    short = any(unit.share for unit in units) and too_big_for_one_process(paths, memory)
     return [short and unit.share is not None for unit in units]
 
 
