@@ -403,8 +403,9 @@ class ProcessWorkers(Workers):
         self.paths = [unit.path for unit in units]  # (what messages name)
         context = multiprocessing.get_context("fork")
         self.links, self.processes = [], []
-        budget = hold_budget(fmt, available_memory() // jobs)
-        alone = let_go_alone(units, list(dict.fromkeys(self.paths)))
+        memory = available_memory()  # (one reading for both decisions: /proc and the cgroup files)
+        budget = hold_budget(fmt, memory // jobs)
+        alone = let_go_alone(units, list(dict.fromkeys(self.paths)), memory)
         for k in range(jobs):
             mine, theirs = context.Pipe()
             indices = range(k, len(units), jobs)
