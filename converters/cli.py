@@ -18,7 +18,7 @@ from typer.core import TyperCommand, TyperGroup
 from . import __version__, exiting
 from .cli_coercion import quicken
 from .diagnostics import Diagnostics, InputError, InterruptedAfterWriting, UsageError
-from .options import Options
+from .options import Options, parse_size
 
 
 class _QuickValues:
@@ -133,6 +133,16 @@ def _net_overrides(values: list[str] | None) -> dict[str, object]:
     return out
 
 
+def _size(text: str | None, flag: str) -> int | None:
+    """A size option's bytes (`options.parse_size`); a UsageError (one line) when malformed."""
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise UsageError(f"{flag}: {e}") from None
+
+
 def _run(action, debug: bool, quiet: bool, verbose: bool) -> int:
     """Run `action(diagnostics)`; turn bad input into one line on stderr and exit code 2."""
     diagnostics = Diagnostics()
@@ -216,6 +226,10 @@ def convert_command(
     cluster: Annotated[Optional[str], typer.Option(
         help="Read per-rank logs on Dask: local:N workers here, or a scheduler tcp://host:8786 (pip install 'et-convert[cluster]')."
     )] = None,
+    memory: Annotated[Optional[str], typer.Option(
+        help="Memory the run's processes on this machine may take together, e.g. 400M or 2G (default: what "
+             "the machine or the job's cgroup leaves). Less memory: workers build ranks again instead of "
+             "keeping them, fewer forked writers.")] = None,
     force: Annotated[bool, typer.Option(help="Write a Chakra set even if validation finds errors.")] = False,
     strict: Annotated[bool, typer.Option(help="A cut-off last log line is an error.")] = False,
     verbose: Verbose = False,
@@ -234,6 +248,7 @@ def convert_command(
     def action(diagnostics: Diagnostics) -> int:
         from .api import convert
 
+        options.memory = _size(memory, "--memory")
         convert(inputs, output, to, from_, options, diagnostics)
         return 0
 

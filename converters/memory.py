@@ -3,7 +3,8 @@ its control group has a memory limit (a container's, a batch job's under Slurm o
 
 The workers decide from it whether to keep their ranks' nodes or to build them again for each
 step (`builders/per_rank.py`). MemAvailable alone would tell a 4 GB job on a 512 GB node that it
-has hundreds of GB, and the kernel would kill it instead.
+has hundreds of GB, and the kernel would kill it instead. A user may ask for less still
+(--memory: `under_limit`), e.g. on a shared login node with no limit of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ def available(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")
     known = [m for m in (meminfo_available(proc / "meminfo"), cgroup_room(proc / "self" / "cgroup", cgroups))
              if m is not None]
     return min(known, default=0)
+
+
+def under_limit(found: int, limit: int | None, own: int | None = None) -> int:
+    """`found` (what `available` gave; 0: unknown), or less under `limit`, the bytes the user
+    allows the run (--memory): the limit less what this process holds now (`own`, by default
+    `resident()`), at least 1 byte."""
+    if limit is None:
+        return found
+    room = max(1, limit - (resident() if own is None else own))
+    return min(found, room) if found else room
 
 
 def resident(statm: Path = Path("/proc/self/statm")) -> int:

@@ -7,6 +7,7 @@ The CLI fills it from flags; library users build it directly. Fields left at Non
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,7 @@ class Options:
     network_overrides: dict[str, object] = field(default_factory=dict)  # from CLI shortcuts
     jobs: int | None = None
     cluster: str | None = None  # Dask: "local:N" or a scheduler address "tcp://host:8786"
+    memory: int | None = None  # bytes this machine's processes of the run may take together (--memory)
     force: bool = False  # write a Chakra set even when the validator finds errors
     strict: bool = False  # a cut-off last log line is an error, not a warning
     verbose: bool = False
@@ -47,9 +49,23 @@ class Options:
 
 # The least value of each counted option (None: not given, always fine).
 AT_LEAST = {"num_npus": 1, "tp": 1, "dp": 1, "pp": 1, "ep": 1, "passes": 1, "bytes_per_element": 1,
-            "num_layers": 1, "step": 0, "jobs": 1}
+            "num_layers": 1, "step": 0, "jobs": 1, "memory": 1}
 ABOVE_ZERO = ("tick_ns", "bwd_factor", "p2p_bytes")
 CHOICES = {"mode": ("stage", "simai"), "schedule": ("1f1b", "gpipe")}
+
+
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(?:([KMGT])(?:i?B)?|B?)", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """The bytes of a size written as 400M, 1.5G, 512MiB or 1000000; K, M, G and T are powers of
+    1024 with or without B or iB, as in Slurm's --mem. ValueError for anything else."""
+    found = _SIZE.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"expected a size such as 400M or 2G, found {text!r}")
+    number, unit = found.groups()
+    return int(float(number) * _SIZE_UNITS[(unit or "").upper()])
 
 
 def flag(name: str) -> str:

@@ -127,6 +127,11 @@ def test_big_traces_fork_only_as_many_workers_as_memory_holds_copies_of_this_pro
     monkeypatch.setattr(memory, "available", lambda: 200 << 20)
     monkeypatch.setattr(memory, "resident", lambda: 0)
     assert forked.workers_for(Options(), big) == 4
+    # --memory: the user's limit less this process, when tighter than the machine
+    monkeypatch.setattr(memory, "available", lambda: 64 << 30)
+    monkeypatch.setattr(memory, "resident", lambda: 300 << 20)
+    for limit, jobs in ((None, 4), (8 << 30, 4), (900 << 20, 2), (1200 << 20, 3), (400 << 20, 1), (100 << 20, 1)):
+        assert forked.workers_for(Options(memory=limit), big) == jobs
 
 
 def _kill_in_worker(parent: int, how, writer=chrome):

@@ -1,9 +1,12 @@
 """The memory the workers plan with (`converters/memory.py`): the machine's MemAvailable, or less
-under a container's or a batch job's cgroup limit, on fake /proc and /sys/fs/cgroup trees."""
+under a container's or a batch job's cgroup limit, on fake /proc and /sys/fs/cgroup trees, or
+under the user's --memory."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from converters import memory
 from converters.builders import per_rank
@@ -106,3 +109,26 @@ def test_this_process_s_resident_memory(tmp_path):
     assert memory.resident(statm) == 0
     assert memory.resident(tmp_path / "none") == 0
     assert memory.resident() > 10 << 20  # this interpreter, with pytest loaded
+
+
+def test_the_user_s_limit_less_what_this_process_holds(monkeypatch):
+    # --memory: a budget for the run, of which this process already holds some
+    assert memory.under_limit(64 * GIB, None, own=100 << 20) == 64 * GIB  # no limit: as found
+    assert memory.under_limit(64 * GIB, 400 << 20, own=100 << 20) == 300 << 20
+    assert memory.under_limit(200 << 20, 400 << 20, own=100 << 20) == 200 << 20  # the machine is tighter
+    assert memory.under_limit(0, 400 << 20, own=100 << 20) == 300 << 20  # the machine unknown: the limit
+    assert memory.under_limit(64 * GIB, 400 << 20, own=500 << 20) == 1  # already over: 1 byte, not "unknown"
+    monkeypatch.setattr(memory, "resident", lambda: 150 << 20)
+    assert memory.under_limit(64 * GIB, 400 << 20) == 250 << 20
+
+
+def test_a_size_as_users_write_it():
+    from converters.options import parse_size
+
+    for text, size in (("400M", 400 << 20), ("400MiB", 400 << 20), ("400mb", 400 << 20), ("1.5G", 3 << 29),
+                       ("2 GiB", 2 * GIB), ("512k", 512 << 10), ("1T", 1 << 40), ("1000000", 1_000_000),
+                       ("100B", 100), (" 3G ", 3 * GIB)):
+        assert parse_size(text) == size, text
+    for text in ("", "G", "12Q", "-1G", "1e9", "4 MMB", "1.G"):
+        with pytest.raises(ValueError, match="expected a size such as 400M or 2G"):
+            parse_size(text)

@@ -52,6 +52,8 @@ def test_a_missing_network_file_fails_before_the_input_is_read(tmp_path):
     (("--ranks", "0-x"), "--ranks 0-x: cannot read '0-x'; expected e.g. 0-15,1008 or all"),
     (("--passes", "0"), "--passes must be at least 1, got 0"),
     (("--jobs", "0"), "--jobs must be at least 1, got 0"),
+    (("--memory", "12Q"), "--memory: expected a size such as 400M or 2G, found '12Q'"),
+    (("--memory", "0"), "--memory must be at least 1, got 0"),
     (("--tp", "0"), "--tp must be at least 1, got 0"),
     (("--tick-ns", "nan"), "--tick-ns must be above 0, got nan"),
     (("--bwd-factor", "0"), "--bwd-factor must be above 0, got 0.0"),

@@ -368,28 +368,55 @@ def test_a_worker_short_of_memory_holds_one_built_rank_at_a_time(tmp_path, monke
     # built: a worker held all its ranks' nodes at once again (benchmark 6: 220 MB a worker;
     # 155 MB once it holds one). Each worker notes, as it starts building a rank, how many
     # built ranks it holds: none.
-    import gc
-
     from converters.builders import per_rank
-    from converters.model import Rank
 
     paths = one_log(tmp_path)
-    counts = tmp_path / "counts"
-    real = megatron._RankBuilder.build
-
-    def counting(self, *args):  # in the forked workers: each appends to the file
-        gc.collect()
-        with open(counts, "a") as out:
-            out.write(f"{sum(1 for o in gc.get_objects() if isinstance(o, Rank) and o.nodes)}\n")
-        return real(self, *args)
-
+    counts = ranks_held_at_each_build(tmp_path, monkeypatch)
     shared_by_workers(monkeypatch)
     short_of_memory(monkeypatch)
     monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 0)
-    monkeypatch.setattr(megatron._RankBuilder, "build", counting)
     etc.convert(paths, tmp_path / "t.json", diagnostics=Diagnostics(), jobs=2)
     # 8 ranks built for their summaries, to measure them, to place them and to print them
     assert counts.read_text().split() == ["0"] * 32
     counts.unlink()
     etc.convert(paths, tmp_path / "set" / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
     assert set(counts.read_text().split()) == {"0"}
+
+
+def ranks_held_at_each_build(tmp_path: Path, monkeypatch) -> Path:
+    """The file to which each forked worker appends, as it starts building a log's rank, how
+    many built ranks it holds."""
+    import gc
+
+    from converters.model import Rank
+
+    counts = tmp_path / "counts"
+    real = megatron._RankBuilder.build
+
+    def counting(self, *args):
+        gc.collect()
+        with open(counts, "a") as out:
+            out.write(f"{sum(1 for o in gc.get_objects() if isinstance(o, Rank) and o.nodes)}\n")
+        return real(self, *args)
+
+    monkeypatch.setattr(megatron._RankBuilder, "build", counting)
+    return counts
+
+
+def test_the_user_s_memory_limit_makes_workers_build_ranks_one_at_a_time_with_the_same_bytes(tmp_path, monkeypatch):
+    # --memory on a machine with memory to spare (a shared login node): the workers plan with the
+    # limit, not the machine's 64 GiB, and let go of their shares as when memory is short
+    from converters.builders import per_rank
+
+    paths = one_log(tmp_path)
+    shared_by_workers(monkeypatch)
+    monkeypatch.setattr(per_rank, "available_memory", lambda: 64 << 30)
+    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 0)
+    etc.convert(paths, tmp_path / "free.json", diagnostics=Diagnostics(), jobs=2)
+    counts = ranks_held_at_each_build(tmp_path, monkeypatch)
+    etc.convert(paths, tmp_path / "held.json", diagnostics=Diagnostics(), jobs=2)
+    assert counts.read_text().split() != ["0"] * 32  # the memory to spare: the workers keep their ranks
+    counts.unlink()
+    etc.convert(paths, tmp_path / "capped.json", diagnostics=Diagnostics(), jobs=2, memory=1 << 20)
+    assert counts.read_text().split() == ["0"] * 32
+    assert (tmp_path / "capped.json").read_bytes() == (tmp_path / "free.json").read_bytes()

@@ -53,6 +53,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..diagnostics import Diagnostics, InputError
 from ..memory import available as memory_available
+from ..memory import under_limit
 from ..model import ExecutionTrace
 from ..options import Options
 
@@ -403,7 +404,8 @@ class ProcessWorkers(Workers):
         self.paths = [unit.path for unit in units]  # (what messages name)
         context = multiprocessing.get_context("fork")
         self.links, self.processes = [], []
-        memory = available_memory()  # (one reading for both decisions: /proc and the cgroup files)
+        # (one reading for both decisions: /proc and the cgroup files)
+        memory = under_limit(available_memory(), options.memory)
         budget = hold_budget(fmt, memory // jobs)
         alone = let_go_alone(units, list(dict.fromkeys(self.paths)), memory)
         for k in range(jobs):

@@ -48,16 +48,18 @@ def workers_for(options, work: int) -> int:
     jobs = getattr(options, "jobs", None) if options is not None else None
     if jobs is not None:
         return max(1, jobs)
-    return memory_allows(os.cpu_count() or 1) if work >= PARALLEL_MIN_NODES else 1
+    limit = getattr(options, "memory", None) if options is not None else None
+    return memory_allows(os.cpu_count() or 1, limit) if work >= PARALLEL_MIN_NODES else 1
 
 
-def memory_allows(jobs: int) -> int:
+def memory_allows(jobs: int, limit: int | None = None) -> int:
     """Of `jobs` workers, as many as the memory available holds copies of this process: a forked
     worker comes to copy every page of the model it reads (reading an object writes its
     reference count), and so does this process beside it. Benchmark 6 to Chakra takes 850 MB
     for the processes together with 2 workers: in a job limited to 600 MiB the kernel killed
-    it; in one process it takes 393 MB and finishes."""
-    own, available = memory.resident(), memory.available()
+    it; in one process it takes 393 MB and finishes. `limit`: --memory."""
+    own = memory.resident()
+    available = memory.under_limit(memory.available(), limit, own)
     if not own or not available:
         return jobs
     return max(1, min(jobs, available // own))
