@@ -18,7 +18,7 @@ from typer.core import TyperCommand, TyperGroup
 from . import __version__, exiting
 from .cli_coercion import quicken
 from .diagnostics import Diagnostics, InputError, InterruptedAfterWriting, UsageError
-from .options import Options, parse_size
+from .options import Options
 
 
 class _QuickValues:
@@ -133,16 +133,6 @@ def _net_overrides(values: list[str] | None) -> dict[str, object]:
     return out
 
 
-def _size(text: str | None, flag: str) -> int | None:
-    """A size option's bytes (`options.parse_size`); a UsageError (one line) when malformed."""
-    if text is None:
-        return None
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise UsageError(f"{flag}: {e}") from None
-
-
 def _run(action, debug: bool, quiet: bool, verbose: bool) -> int:
     """Run `action(diagnostics)`; turn bad input into one line on stderr and exit code 2."""
     diagnostics = Diagnostics()
@@ -241,14 +231,13 @@ def convert_command(
         bytes_per_element=bytes_per_element, num_layers=num_layers, mode=mode, schedule=schedule,
         step=step, bwd_factor=bwd_factor, p2p_bytes=p2p_bytes, keep_broadcast=keep_broadcast, retime=retime, ranks=ranks,
         network=network, network_overrides=_net_overrides(net), jobs=jobs, force=force, strict=strict, verbose=verbose,
-        cluster=cluster,
+        cluster=cluster, memory=memory,
         merge_compute=merge_compute,
     )
 
     def action(diagnostics: Diagnostics) -> int:
         from .api import convert
 
-        options.memory = _size(memory, "--memory")
         convert(inputs, output, to, from_, options, diagnostics)
         return 0
 

@@ -41,7 +41,9 @@ class Options:
     network_overrides: dict[str, object] = field(default_factory=dict)  # from CLI shortcuts
     jobs: int | None = None
     cluster: str | None = None  # Dask: "local:N" or a scheduler address "tcp://host:8786"
-    memory: int | None = None  # bytes this machine's processes of the run may take together (--memory)
+    # --memory: what this machine's processes of the run may take together, in bytes or as a size
+    # such as "400M" (`memory_bytes`)
+    memory: int | str | None = None
     force: bool = False  # write a Chakra set even when the validator finds errors
     strict: bool = False  # a cut-off last log line is an error, not a warning
     verbose: bool = False
@@ -49,7 +51,7 @@ class Options:
 
 # The least value of each counted option (None: not given, always fine).
 AT_LEAST = {"num_npus": 1, "tp": 1, "dp": 1, "pp": 1, "ep": 1, "passes": 1, "bytes_per_element": 1,
-            "num_layers": 1, "step": 0, "jobs": 1, "memory": 1}
+            "num_layers": 1, "step": 0, "jobs": 1}
 ABOVE_ZERO = ("tick_ns", "bwd_factor", "p2p_bytes")
 CHOICES = {"mode": ("stage", "simai"), "schedule": ("1f1b", "gpipe")}
 
@@ -66,6 +68,12 @@ def parse_size(text: str) -> int:
         raise ValueError(f"expected a size such as 400M or 2G, found {text!r}")
     number, unit = found.groups()
     return int(float(number) * _SIZE_UNITS[(unit or "").upper()])
+
+
+def memory_bytes(options) -> int | None:
+    """--memory in bytes; None when not given (checked by `check`)."""
+    value = getattr(options, "memory", None)
+    return parse_size(value) if isinstance(value, str) else value
 
 
 def flag(name: str) -> str:
@@ -91,10 +99,22 @@ def check(options: Options) -> None:
         if getattr(options, name) not in allowed:
             raise UsageError(f"unknown {flag(name)} {getattr(options, name)!r}; expected {' or '.join(allowed)}")
     _check_ranks(options.ranks)
+    _check_memory(options.memory)
     if options.network is not None or options.network_overrides:  # else the built-in defaults, known good
         from .scheduler.network import load_network  # (the scheduler is imported only when needed)
 
         load_network(options.network, options.network_overrides)
+
+
+def _check_memory(value: int | str | None) -> None:
+    if value is None:
+        return
+    try:
+        size = parse_size(value) if isinstance(value, str) else value
+    except ValueError as e:
+        raise UsageError(f"--memory: {e}") from None
+    if size < 1:
+        raise UsageError(f"--memory must be at least 1 byte, got {value!r}")
 
 
 def _check_ranks(spec: str | None) -> None:

@@ -53,7 +53,7 @@ def test_a_missing_network_file_fails_before_the_input_is_read(tmp_path):
     (("--passes", "0"), "--passes must be at least 1, got 0"),
     (("--jobs", "0"), "--jobs must be at least 1, got 0"),
     (("--memory", "12Q"), "--memory: expected a size such as 400M or 2G, found '12Q'"),
-    (("--memory", "0"), "--memory must be at least 1, got 0"),
+    (("--memory", "0"), "--memory must be at least 1 byte, got '0'"),
     (("--tp", "0"), "--tp must be at least 1, got 0"),
     (("--tick-ns", "nan"), "--tick-ns must be above 0, got nan"),
     (("--bwd-factor", "0"), "--bwd-factor must be above 0, got 0.0"),
@@ -89,3 +89,16 @@ def test_the_library_checks_options_before_reading(tmp_path):
         etc.read(tmp_path / "no-such-input.log", network=net)
     with pytest.raises(UsageError, match="--passes must be at least 1"):
         etc.convert(LOG, tmp_path / "w", to="chakra", passes=0)
+    with pytest.raises(UsageError, match="--memory: expected a size such as 400M or 2G, found '4 GB please'"):
+        etc.convert(LOG, tmp_path / "w", to="chakra", memory="4 GB please")
+    with pytest.raises(UsageError, match="--memory must be at least 1 byte, got 0"):
+        etc.convert(LOG, tmp_path / "w", to="chakra", memory=0)
+    assert not (tmp_path / "w.0.et").exists()
+
+
+def test_memory_is_bytes_or_a_size_as_users_write_it():
+    from converters.options import Options, memory_bytes
+
+    assert memory_bytes(Options()) is None
+    assert memory_bytes(Options(memory=123_456)) == 123_456
+    assert memory_bytes(Options(memory="1.5G")) == 3 << 29

@@ -55,7 +55,7 @@ from ..diagnostics import Diagnostics, InputError
 from ..memory import available as memory_available
 from ..memory import under_limit
 from ..model import ExecutionTrace
-from ..options import Options
+from ..options import Options, memory_bytes
 
 
 @dataclass(frozen=True)
@@ -405,7 +405,7 @@ class ProcessWorkers(Workers):
         context = multiprocessing.get_context("fork")
         self.links, self.processes = [], []
         # (one reading for both decisions: /proc and the cgroup files)
-        memory = under_limit(available_memory(), options.memory)
+        memory = under_limit(available_memory(), memory_bytes(options))
         budget = hold_budget(fmt, memory // jobs)
         alone = let_go_alone(units, list(dict.fromkeys(self.paths)), memory)
         for k in range(jobs):

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Sequence
 from .. import memory
 from ..diagnostics import InputError
 from ..gc_pause import paused_gc
+from ..options import memory_bytes
 from .layout_chrome import Plan, PlanStart, Process, ProcessHead, plan_from, write_parts
 
 # Work worth a second process: below this many nodes (or slices), starting workers costs more than it saves.
@@ -48,8 +49,7 @@ def workers_for(options, work: int) -> int:
     jobs = getattr(options, "jobs", None) if options is not None else None
     if jobs is not None:
         return max(1, jobs)
-    limit = getattr(options, "memory", None) if options is not None else None
-    return memory_allows(os.cpu_count() or 1, limit) if work >= PARALLEL_MIN_NODES else 1
+    return memory_allows(os.cpu_count() or 1, memory_bytes(options)) if work >= PARALLEL_MIN_NODES else 1
 
 
 def memory_allows(jobs: int, limit: int | None = None) -> int:
