@@ -73,7 +73,9 @@ def parse_size(text: str) -> int:
 def memory_bytes(options) -> int | None:
     """--memory in bytes; None when not given (checked by `check`)."""
     value = getattr(options, "memory", None)
-    return parse_size(value) if isinstance(value, str) else value
+    if value is None:
+        return None
+    return parse_size(value) if isinstance(value, str) else int(value)  # (a float from Python: whole bytes)
 
 
 def flag(name: str) -> str:
@@ -106,13 +108,18 @@ def check(options: Options) -> None:
         load_network(options.network, options.network_overrides)
 
 
-def _check_memory(value: int | str | None) -> None:
+def _check_memory(value: int | float | str | None) -> None:
     if value is None:
         return
-    try:
-        size = parse_size(value) if isinstance(value, str) else value
-    except ValueError as e:
-        raise UsageError(f"--memory: {e}") from None
+    if isinstance(value, str):
+        try:
+            size = parse_size(value)
+        except ValueError as e:
+            raise UsageError(f"--memory: {e}") from None
+    elif isinstance(value, (int, float)) and math.isfinite(value):
+        size = int(value)
+    else:
+        raise UsageError(f"--memory: expected bytes or a size such as 400M or 2G, found {value!r}")
     if size < 1:
         raise UsageError(f"--memory must be at least 1 byte, got {value!r}")
 

@@ -97,8 +97,12 @@ def test_the_library_checks_options_before_reading(tmp_path):
 
 
 def test_memory_is_bytes_or_a_size_as_users_write_it():
-    from converters.options import Options, memory_bytes
+    from converters.options import Options, check, memory_bytes
 
     assert memory_bytes(Options()) is None
     assert memory_bytes(Options(memory=123_456)) == 123_456
     assert memory_bytes(Options(memory="1.5G")) == 3 << 29
+    assert memory_bytes(Options(memory=4e8)) == 400_000_000  # whole bytes, so worker counts stay ints
+    for value in ([1 << 30], float("nan"), float("inf")):  # not a size: one line, no traceback
+        with pytest.raises(UsageError, match="--memory: expected bytes or a size such as 400M or 2G, found"):
+            check(Options(memory=value))
