@@ -43,7 +43,7 @@ class Options:
     cluster: str | None = None  # Dask: "local:N" or a scheduler address "tcp://host:8786"
     # --memory: what this machine's processes of the run may take together, in bytes or as a size
     # such as "400M" (`memory_bytes`)
-    memory: int | str | None = None
+    memory: int | float | str | None = None
     force: bool = False  # write a Chakra set even when the validator finds errors
     strict: bool = False  # a cut-off last log line is an error, not a warning
     verbose: bool = False
