@@ -101,26 +101,23 @@ def check(options: Options) -> None:
         if getattr(options, name) not in allowed:
             raise UsageError(f"unknown {flag(name)} {getattr(options, name)!r}; expected {' or '.join(allowed)}")
     _check_ranks(options.ranks)
-    _check_memory(options.memory)
+    _check_memory(options)
     if options.network is not None or options.network_overrides:  # else the built-in defaults, known good
         from .scheduler.network import load_network  # (the scheduler is imported only when needed)
 
         load_network(options.network, options.network_overrides)
 
 
-def _check_memory(value: int | float | str | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, str):
-        try:
-            size = parse_size(value)
-        except ValueError as e:
-            raise UsageError(f"--memory: {e}") from None
-    elif isinstance(value, (int, float)) and math.isfinite(value):
-        size = int(value)
-    else:
+def _check_memory(options: Options) -> None:
+    """--memory: a size string, or a finite number of bytes (`memory_bytes` reads it), of 1 byte or more."""
+    value = options.memory
+    if not isinstance(value, (str, int, float, type(None))) or isinstance(value, float) and not math.isfinite(value):
         raise UsageError(f"--memory: expected bytes or a size such as 400M or 2G, found {value!r}")
-    if size < 1:
+    try:
+        size = memory_bytes(options)
+    except ValueError as e:
+        raise UsageError(f"--memory: {e}") from None
+    if size is not None and size < 1:
         raise UsageError(f"--memory must be at least 1 byte, got {value!r}")
 
 

@@ -52,8 +52,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from ..diagnostics import Diagnostics, InputError
-from ..memory import available as memory_available
-from ..memory import under_limit
+from ..memory import available as memory_available, under_limit
 from ..model import ExecutionTrace
 from ..options import Options, memory_bytes
 
