@@ -30,6 +30,9 @@ class SharedList:
     colls: list[int] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)  # node ids in list order
     in_id_order: bool = True  # ids strictly ascending in list order
+    # (one-member collectives, too-small all-gathers): positions ASTRA-sim never completes,
+    # found once for the groups and deadlock checks (`groups.never_completing`)
+    stuck: tuple[list[int], list[int]] | None = None
 
     @property
     def rank_ids(self) -> list[int]:

@@ -15,6 +15,7 @@ A set the validator calls clean then does not stall the simulator.
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import chain
 
 from ..builders.one_rank import gathers_too_small, one_rank_collectives
 from ..diagnostics import InputError
@@ -22,6 +23,7 @@ from ..model import ExecutionTrace, Node, NodeKind
 from ..scheduler.deadlock import Deadlock, Wait
 from .context import Context
 from .findings import Finding
+from .groups import never_completing
 
 CHECK = "deadlock"
 
@@ -33,7 +35,9 @@ def check_deadlock(ctx: Context) -> list[Finding] | None:
         from ..scheduler import dry_run
     except ImportError:  # the scheduler is optional for the other checks
         return None
-    trace, never_completes = as_astra_sim_runs_it(ctx.trace)
+    shared_of = {id(shared.nodes): shared for shared in ctx.shared}
+    trace, never_completes = as_astra_sim_runs_it(
+        ctx.trace, lambda nodes: [*chain.from_iterable(never_completing(ctx.trace, shared_of[id(nodes)]))])
     try:
         dry_run(trace, ctx.options)
     except Deadlock as stalled:
@@ -43,9 +47,10 @@ def check_deadlock(ctx: Context) -> list[Finding] | None:
     return []
 
 
-def as_astra_sim_runs_it(trace: ExecutionTrace) -> tuple[ExecutionTrace, dict[tuple[int, int], str]]:
+def as_astra_sim_runs_it(trace: ExecutionTrace, stuck_in=None) -> tuple[ExecutionTrace, dict[tuple[int, int], str]]:
     """A copy of `trace` whose collectives that ASTRA-sim never completes never complete here
-    either; (rank, node id) -> what each one was.
+    either; (rank, node id) -> what each one was. `stuck_in(nodes)`: their positions in one of
+    the trace's node lists, when already found (else they are found here).
 
     Each becomes a receive with a negative tag (no send ever has one), which the scheduler
     holds forever, as ASTRA-sim holds the collective. Node lists stay shared where they were.
@@ -56,7 +61,8 @@ def as_astra_sim_runs_it(trace: ExecutionTrace) -> tuple[ExecutionTrace, dict[tu
     for rank_id, rank in trace.ranks.items():
         key = id(rank.nodes)
         if key not in copies:
-            positions = [*one_rank_collectives(trace, rank.nodes, rank), *gathers_too_small(trace, rank.nodes, rank)]
+            positions = (stuck_in(rank.nodes) if stuck_in is not None else
+                         [*one_rank_collectives(trace, rank.nodes, rank), *gathers_too_small(trace, rank.nodes, rank)])
             copies[key] = (_never_completing(rank.nodes, positions) if positions else rank.nodes, positions)
         nodes, positions = copies[key]
         if not positions:

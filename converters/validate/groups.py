@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..builders.one_rank import gathers_too_small, one_rank_collectives
-from ..model import Node
-from .context import SIMULATOR_FORMATS, Context
+from ..model import ExecutionTrace, Node
+from .context import SIMULATOR_FORMATS, Context, SharedList
 from .findings import Finding, format_ranks, rank_words
 
 # Group kinds whose size the parallel configuration fixes.
@@ -69,14 +69,14 @@ def _collectives_astra_sim_never_completes(ctx: Context) -> list[Finding]:
     """E026: collectives in groups of one rank (NCCL returns at once; ASTRA-sim never completes them);
     E027: all-gathers of fewer bytes than members (ASTRA-sim loops forever)."""
     findings = []
-    for gid, (ranks, node, count) in _by_group(ctx, one_rank_collectives).items():
+    for gid, (ranks, node, count) in _by_group(ctx, lambda shared: never_completing(ctx.trace, shared)[0]).items():
         findings.append(ctx.find(
             "E026", "groups",
             f"{rank_words(ranks)}: {_what(node, count)} in the one-member group {ctx.group_label(gid)}; ASTRA-sim "
             "never completes a collective of a one-rank group (NCCL returns at once): the rank stalls there "
             "(et-convert --to chakra keeps such collectives as compute)",
             ranks=ranks, node=node, group=ctx.group_field(gid), rank=ctx.trace.ranks[ranks[0]]))
-    for gid, (ranks, node, count) in _by_group(ctx, gathers_too_small).items():
+    for gid, (ranks, node, count) in _by_group(ctx, lambda shared: never_completing(ctx.trace, shared)[1]).items():
         members = ctx.trace.group_size(gid)
         findings.append(ctx.find(
             "E027", "groups",
@@ -92,12 +92,21 @@ def _what(node: Node, count: int) -> str:
     return what + (f" (and {count - 1} more)" if count > 1 else "")
 
 
-def _by_group(ctx: Context, select) -> dict[int | None, tuple[list[int], Node, int]]:
-    """Group id -> (ranks, first node, count) of the collectives `select` picks from each node list."""
-    trace = ctx.trace
+def never_completing(trace: ExecutionTrace, shared: SharedList) -> tuple[list[int], list[int]]:
+    """(positions of collectives of one-member groups, of all-gathers too small) in a shared
+    list, found on its first rank (`builders/one_rank.py`) once for the groups and deadlock
+    checks: each is a pass over every node."""
+    if shared.stuck is None:
+        rank = shared.ranks[0]
+        shared.stuck = (one_rank_collectives(trace, shared.nodes, rank), gathers_too_small(trace, shared.nodes, rank))
+    return shared.stuck
+
+
+def _by_group(ctx: Context, positions_in) -> dict[int | None, tuple[list[int], Node, int]]:
+    """Group id -> (ranks, first node, count) of the collectives at `positions_in(shared)` of each node list."""
     by_group: dict[int | None, tuple[list[int], Node, int]] = {}
     for shared in ctx.shared:
-        positions = select(trace, shared.nodes, shared.ranks[0])
+        positions = positions_in(shared)
         if not positions:
             continue
         for n, rank in enumerate(shared.ranks):
