@@ -31,7 +31,7 @@ def split_reports(trace) -> bool:
         return True
     skeletons = {r: from_skeleton(RankFacts(replace(rank, nodes=[]), skeleton(rank), True, 0, ""))
                  for r, rank in trace.ranks.items()}
-    return _reported_by(replace(trace, ranks=skeletons), Options(), CROSS_RANK_CHECKS)
+    return not rank_files._clean(replace(trace, ranks=skeletons), Options())
 
 
 def swap_two_collectives(trace, rng: random.Random) -> None:
@@ -69,6 +69,54 @@ def test_split_checks_report_whenever_the_whole_validator_does(seed, fault, by_s
     assert split == whole or (split and not whole), "the split checks missed a finding"
     if fault is None:
         assert not split  # a clean job is written by the workers
+
+
+def _node(trace, rank: int, name: str) -> Node:
+    return next(n for n in trace.ranks[rank].nodes if n.name == name)
+
+
+def _overlap(trace):
+    _node(trace, 0, "forward_step mb1").start_ns -= 5_000_000
+
+
+def _early_receive(trace):
+    _node(trace, 4, "recv_forward mb0").start_ns -= 500_000_000
+
+
+def _fast_send(trace):
+    _node(trace, 0, "send_forward mb0").duration_ns = 10
+
+
+def _fast_sub_operation(trace):
+    sub = next(n for n in trace.ranks[3].nodes if n.kind is NodeKind.COLLECTIVE and n.parent is not None and n.size)
+    sub.duration_ns = 1
+
+
+def _offset_clock(trace):
+    for n in trace.ranks[4].nodes:
+        n.start_ns -= 2_000_000_000
+
+
+def _sub_operation_outside_its_step(trace):
+    sub = next(n for n in trace.ranks[2].nodes if n.parent is not None)
+    sub.start_ns -= 50_000_000
+
+
+@pytest.mark.parametrize("edit, reported", [
+    (None, False), (_overlap, True), (_early_receive, True), (_fast_send, True), (_fast_sub_operation, True),
+    (_offset_clock, False), (_sub_operation_outside_its_step, True),
+], ids=["clean", "overlap", "early-receive", "fast-send", "fast-sub-operation", "clock-offset", "outside-step"])
+def test_measured_times_split_between_the_workers_and_the_skeletons(tmp_path, edit, reported):
+    # the workers check a rank's own times (overlaps, sub-operations in their steps); the
+    # skeletons only what compares ranks (receives after sends) and the bandwidth of each node
+    import converters as etc
+    from helpers.megatron_synth import write_run
+
+    trace = etc.read(write_run(tmp_path / "logs", stages=4, tp=2, microbatches=4), fmt="megatron-log")
+    if edit is not None:
+        edit(trace)
+    assert _reported_by(trace, Options(), ALL_CHECKS) is reported
+    assert split_reports(trace) is reported
 
 
 def test_the_skeleton_keeps_comm_nodes_and_their_waits_through_compute():

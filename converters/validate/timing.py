@@ -14,7 +14,7 @@ no real comm durations: only the per-rank checks apply to them.
 from __future__ import annotations
 
 import operator
-from itertools import compress, repeat
+from itertools import compress, groupby, repeat
 
 from ..model import Node, NodeKind
 from .context import Context, SharedList
@@ -28,17 +28,26 @@ MAX_GBPS = 3_000
 
 
 def check_timing(ctx: Context) -> list[Finding] | None:
-    trace = ctx.trace
-    if trace.timing != "measured":
+    if ctx.trace.timing != "measured":
         return None
-    scaling = bool(trace.metadata.get("scaling_mode"))
     findings: list[Finding] = []
     for shared in ctx.shared:
         findings.extend(_overlaps(ctx, shared))
-    if not scaling:
-        findings.extend(_receives_after_sends(ctx))
-        findings.extend(_bandwidth(ctx))
+    findings.extend(check_timing_across_ranks(ctx))
     return findings
+
+
+def check_timing_across_ranks(ctx: Context) -> list[Finding] | None:
+    """check_timing without what it checks on each rank alone (ops overlapping on a stream,
+    sub-operations outside their step): what `converters/rank_files.py` runs on the ranks'
+    skeletons once its workers have run the whole check on each rank. The bandwidth check is
+    per node but stays here: a world collective has a group of one on a worker's one-rank trace."""
+    trace = ctx.trace
+    if trace.timing != "measured":
+        return None
+    if trace.metadata.get("scaling_mode"):
+        return []
+    return [*_receives_after_sends(ctx), *_bandwidth(ctx)]
 
 
 def _timed(nodes: list[Node]) -> list[Node]:
@@ -92,17 +101,24 @@ def _fused_halves(a: Node, b: Node) -> bool:
 
 def _outside_parents(nodes: list[Node]) -> list[tuple[Node, Node]]:
     """(sub-operation, its step) for each sub-operation that lies outside its step, in node
-    order; a sub-operation whose step is not among `nodes` is left out. Compared column by
-    column in C: a measured log has hundreds of thousands of sub-operations."""
+    order; a sub-operation whose step is not among `nodes` is left out. A measured log has
+    hundreds of thousands of sub-operations, in runs of one step each: the columns are read
+    in C, and each run is held against its step by its earliest start and latest end (only a
+    run that leaves its step is looked at sub-operation by sub-operation)."""
     by_id = dict(zip(map(_ID, nodes), nodes))
     subs = list(compress(nodes, map(operator.is_not, map(_PARENT, nodes), repeat(None))))
-    parents = list(map(by_id.get, map(_PARENT, subs), repeat(_ANY_TIME)))
     starts = list(map(_START, subs))
-    parent_starts = list(map(_START, parents))
-    early = map(operator.lt, starts, map(operator.sub, parent_starts, repeat(TOLERANCE_NS)))
-    late = map(operator.gt, map(operator.add, starts, map(_DURATION, subs)),
-               map(operator.add, map(operator.add, parent_starts, map(_DURATION, parents)), repeat(TOLERANCE_NS)))
-    return list(compress(zip(subs, parents), map(operator.or_, early, late)))
+    ends = list(map(operator.add, starts, map(_DURATION, subs)))
+    outside = []
+    at = 0
+    for parent_id, run in groupby(map(_PARENT, subs)):
+        begin, at = at, at + len(list(run))
+        parent = by_id.get(parent_id, _ANY_TIME)
+        earliest = parent.start_ns - TOLERANCE_NS
+        latest = parent.start_ns + parent.duration_ns + TOLERANCE_NS
+        if min(starts[begin:at]) < earliest or max(ends[begin:at]) > latest:
+            outside.extend((subs[i], parent) for i in range(begin, at) if starts[i] < earliest or ends[i] > latest)
+    return outside
 
 
 _ID, _PARENT, _START, _DURATION = (operator.attrgetter(name) for name in ("id", "parent", "start_ns", "duration_ns"))
