@@ -60,10 +60,11 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
         finish_read.workers_started()
         with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
             trace = workers.keep_parts(diagnostics).trace
+            # each skeleton's nodes made here as it comes in, while the workers check their other ranks
             checked = workers.each_rank(_finish_and_check, (replace(trace, ranks={}), options), "checking",
-                                        change=_demote)
+                                        change=_demote, each=from_skeleton)
         record_demoted(trace, checked)
-        trace.ranks = {facts.rank.rank: facts.rank for facts in checked}  # their nodes once the workers write
+        trace.ranks = {facts.rank.rank: facts.rank for facts in checked}
         finish_read(trace)
         try:
             with progress.bar(f"checking the set, the workers writing {output} (chakra)"):
@@ -79,17 +80,13 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
 
 def _write_if_clean(trace: ExecutionTrace, output: Path, options: Options, diagnostics: Diagnostics,
                     workers: per_rank.Workers, checked: list[RankFacts]) -> None:
-    """The workers write their ranks' files while this process gives `trace`'s ranks their
-    skeletons' nodes (the workers would wait for that otherwise: a quarter of this process's
-    time on benchmark 7) and checks them."""
+    """The workers write their ranks' files while this process checks `trace`'s skeletons."""
     parent = Path(output).parent
     made = [d for d in (parent, *parent.parents) if not d.exists()]  # by atomic_set, deepest first
     try:
         with atomic_set(Path(output)) as tmpdir:
             written = workers.each_rank_later(chakra.write_rank_file, chakra.rank_file_job(trace, output, tmpdir),
                                               "writing")
-            for facts in checked:
-                from_skeleton(facts)  # the rank in trace.ranks
             clean = all(facts.clean for facts in checked) and _clean(trace, options)
             counts = written()
             if not clean:

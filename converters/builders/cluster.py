@@ -64,13 +64,15 @@ class DaskWorkers(per_rank.Workers):
                                 [arg_remote] * count, pure=False)
         self.state = self.client.map(operator.itemgetter(0), pairs, pure=False)
         results = self.client.map(operator.itemgetter(1), pairs, pure=False)
-        return lambda: self._results(results, doing)
+        return lambda arrived=None: self._results(results, doing, arrived)
 
-    def _results(self, futures: list, doing: str) -> list:
+    def _results(self, futures: list, doing: str, arrived=None) -> list:
         results, errors = [], {}
         for i, (future, path) in enumerate(zip(futures, self.paths)):
             try:
                 results.append(_result(future, path, self.options, doing))
+                if arrived is not None:
+                    arrived(results[-1])
             except InputError as e:
                 errors[i] = e  # another share of the file may have an earlier bad line
             _collect_young()

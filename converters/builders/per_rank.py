@@ -293,7 +293,9 @@ class Workers:
     A step is a module-level function `step(fmt, options, kept, arg) -> (kept, result)`, run once per
     file where its state is; `step` returns the results in file order. `start` sends a step
     and returns the function that waits for its results, so that this process can work
-    meanwhile (one step at a time).
+    meanwhile (one step at a time); that function's `arrived(result)`, when given, is called
+    with each file's result as it comes in, so that this process can work on it while the
+    workers go on.
     """
 
     fmt: PerRankFormat
@@ -303,7 +305,7 @@ class Workers:
     def surveys(self) -> list:
         raise NotImplementedError
 
-    def start(self, step: Callable, arg, doing: str) -> Callable[[], list]:
+    def start(self, step: Callable, arg, doing: str) -> Callable[..., list]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -335,17 +337,21 @@ class Workers:
         self.step(_finish, joined, "finishing")
         return joined
 
-    def each_rank(self, work: Callable, arg, doing: str, change: Callable | None = None) -> list:
+    def each_rank(self, work: Callable, arg, doing: str, change: Callable | None = None,
+                  each: Callable | None = None) -> list:
         """`work(rank, arg)` for every finished rank, where it is; the results in rank order.
-        `change(rank, arg)`: what `work` changes in the rank, done again when a LetGo builds it."""
-        return self.each_rank_later(work, arg, doing, change)()
+        `change(rank, arg)`: what `work` changes in the rank, done again when a LetGo builds it.
+        `each(result)`: called here on each result as its file's results come in."""
+        return self.each_rank_later(work, arg, doing, change, each)()
 
-    def each_rank_later(self, work: Callable, arg, doing: str, change: Callable | None = None) -> Callable[[], list]:
+    def each_rank_later(self, work: Callable, arg, doing: str, change: Callable | None = None,
+                        each: Callable | None = None) -> Callable[[], list]:
         """`each_rank` started: returns the function that waits for its results."""
         collect = self.start(_each_rank, (work, arg, change), doing)
+        arrived = None if each is None else lambda file_results: [each(result) for _, result in file_results]
 
         def in_rank_order() -> list:
-            results = [result for file_results in collect() for result in file_results]
+            results = [result for file_results in collect(arrived) for result in file_results]
             return [result for _, result in sorted(results, key=lambda pair: pair[0])]
 
         return in_rank_order
@@ -422,10 +428,10 @@ class ProcessWorkers(Workers):
     def surveys(self) -> list:
         return _collect(self.links, self.processes, self.paths, "reading")
 
-    def start(self, step: Callable, arg, doing: str) -> Callable[[], list]:
+    def start(self, step: Callable, arg, doing: str) -> Callable[..., list]:
         for link in self.links:
             link.send((step, arg))
-        return lambda: _collect(self.links, self.processes, self.paths, doing)
+        return lambda arrived=None: _collect(self.links, self.processes, self.paths, doing, arrived)
 
     def close(self) -> None:
         for process in self.processes:
@@ -465,10 +471,11 @@ def without_records(survey):
     return light
 
 
-def _collect(links: list, processes: list, paths: list[Path], doing: str) -> list:
-    """Each file's result, in file order. A bad file stops its worker; the error of the first
-    bad file in the order given is raised, as reading them one by one would. A worker that dies
-    fails the run, saying how it ended (killed: most often by the kernel, out of memory)."""
+def _collect(links: list, processes: list, paths: list[Path], doing: str, arrived: Callable | None = None) -> list:
+    """Each file's result, in file order (`arrived(result)` on each as it comes in). A bad file
+    stops its worker; the error of the first bad file in the order given is raised, as reading
+    them one by one would. A worker that dies fails the run, saying how it ended (killed: most
+    often by the kernel, out of memory)."""
     results: dict[int, Any] = {}
     errors: dict[int, InputError] = {}
     jobs = len(links)
@@ -486,6 +493,8 @@ def _collect(links: list, processes: list, paths: list[Path], doing: str) -> lis
                 del left[k]
                 continue
             results[index] = value
+            if arrived is not None:
+                arrived(value)
             left[k] -= 1
             if not left[k]:
                 del left[k]
