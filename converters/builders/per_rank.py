@@ -68,8 +68,10 @@ class PerRankFormat:
     finish: Callable[[Any, Any], Any] | None = None
     # Whether a Chakra set of `api.TIMELINE_WORKERS_MIN_BYTES` or more is written by one worker
     # per core without --jobs, as a timeline is: where reading dominates (profiler traces: 2 x 105
-    # MB in 7.8 s instead of 10.9 s), not where the checks across workers cost more than reading
-    # in parallel saves (logs: benchmark 7 in 2.25 s instead of 1.98 s).
+    # MB in 7.8 s instead of 10.9 s), not where the skeletons and checks cost about what reading
+    # in parallel saves (logs, on the slower machine of 2026-11-27: benchmark 7 in 3.78 s instead
+    # of 3.65 s; benchmark 8 in 16.0 s instead of 13.9 s, its workers building the logs they let
+    # go of again for each step; in half the memory).
     chakra_by_workers_when_big: bool = False
     # Whether a survey's records are much smaller than the nodes built from them and `build`
     # leaves them as they were (a Megatron log's: 0.2 bytes per byte of log, its nodes 2.5): a
