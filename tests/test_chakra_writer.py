@@ -316,6 +316,23 @@ def test_jobs_do_not_change_bytes_or_warnings(tmp_path):
     assert len(outputs[1][0]) == 3
 
 
+def test_a_workers_rank_file_job_writes_each_rank_as_an_encoder_of_its_own(tmp_path):
+    # the job is one object on a worker: its ranks share one encoder (converters/rank_files.py)
+    from dataclasses import replace
+
+    trace = small_trace()
+    for rank in trace.ranks.values():  # something to count on each rank: a size-0 send or receive
+        rank.nodes.append(Node(60, "empty", rank.nodes[2].kind, deps=[50], size=0, peer=1 - rank.rank, tag=8))
+    job = writer.rank_file_job(trace, tmp_path / "out" / "w", tmp_path)
+    common = writer.common_metadata_attrs(trace)
+    for r, rank in sorted(trace.ranks.items()):
+        counts = writer.write_rank_file(rank, job)
+        alone = writer.RankEncoder(replace(trace, ranks={r: rank}), Diagnostics(), common)
+        assert (tmp_path / f"w.{r}.et").read_bytes() == b"".join(alone.rank_chunks(rank))
+        assert counts == alone.counts() == (1, 1, 0, 0)  # the dependency on 99, the size-0 node
+    assert not job[0].templates and not job[0].local_groups  # no rank kept alive by the shared encoder
+
+
 def test_a_set_with_rank_gaps_is_refused_unless_forced(tmp_path):
     import converters
 

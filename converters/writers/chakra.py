@@ -101,22 +101,27 @@ def write(trace: ExecutionTrace, output_prefix: Path, options: Options, diagnost
 
 def rank_file_job(trace: ExecutionTrace, output_prefix: Path, tmpdir: Path) -> tuple:
     """What `write_rank_file` needs beside the rank, for a worker that holds only some ranks of
-    `trace`: the trace without its ranks, the metadata every rank carries, where to write."""
+    `trace`: an encoder of the trace without its ranks (with the metadata every rank carries),
+    where to write. The job is one object on a worker, so its ranks share the encoder's caches
+    of names, attributes and IO info (made again for each rank, they cost a third more)."""
     name = Path(output_prefix).name
-    return replace(trace, ranks={}), common_metadata_attrs(trace), str(Path(tmpdir).resolve() / name), str(output_prefix)
+    encoder = RankEncoder(replace(trace, ranks={}), Diagnostics(), common_metadata_attrs(trace))
+    return encoder, str(Path(tmpdir).resolve() / name), str(output_prefix)
 
 
 def write_rank_file(rank: Rank, job: tuple) -> tuple[int, int, int, int]:
     """One rank's `.et` file, encoded as `write` does, where the rank is (`converters/rank_files.py`);
     the counts `report_counts` reports."""
-    shell, common, prefix, output_prefix = job
-    encoder = RankEncoder(replace(shell, ranks={rank.rank: rank}), Diagnostics(), common)
+    encoder, prefix, output_prefix = job
+    before = encoder.counts()
     try:
         write_file(Path(f"{prefix}.{rank.rank}.et"), encoder.rank_chunks(rank))
     except OSError as e:  # a worker elsewhere may not see the output folder
         raise InputError(output_prefix, f"cannot write rank {rank.rank}'s file on a worker: {e.strerror or e} "
                                         "(the output folder must be writable by every worker under this path)") from None
-    return encoder.counts()
+    finally:
+        encoder.forget(rank.nodes)  # (a rank let go of is built again for each step: its nodes must go)
+    return tuple(map(operator.sub, encoder.counts(), before))
 
 
 def finish_set(trace: ExecutionTrace, tmpdir: Path, name: str, counts: list[tuple], diagnostics: Diagnostics) -> None:
@@ -546,6 +551,11 @@ class RankEncoder:
             if group is not None and group.kind:
                 out.append(f"{gid}={group.kind}")
         return out
+
+    def forget(self, nodes: list[Node]) -> None:
+        """Drop what is kept of a node list (its template holds it alive) once its ranks are written."""
+        self.templates.pop(id(nodes), None)
+        self.local_groups.pop(id(nodes), None)
 
     def counts(self) -> tuple[int, int, int, int]:
         return self.dropped_deps, self.zero_size, self.untyped, self.no_peer
