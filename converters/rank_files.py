@@ -16,10 +16,12 @@ they need:
 
 While this process checks, the workers already write their ranks' `.et` files (the writer's
 code, into the temporary folder `atomic_set` renames only when the whole set is there); this
-process writes comm_group.json. Any finding that `api.write` would report (an error, a
-warning, a partial rank set) discards those files and brings every rank here, where the set
-is gated and written as a local run does, so the messages are the same too. A worker lost on
-the way fails the run with one error and nothing written.
+process writes comm_group.json. Any error or warning `api.write` would report discards those
+files and brings every rank here, where the set is gated and written as a local run does, so
+the messages are the same too. A log's partial rank set (some ranks of a job: the note I024)
+keeps them: the note names only the ranks present and the job's size, so this process warns
+as the gate does (W025). A worker lost on the way fails the run with one error and nothing
+written.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from .builders.one_rank import demote_in_rank, record_demoted, warn_if_kept
 from .diagnostics import Diagnostics
 from .model import COMM_KINDS, NO_CTRL_DEPS, CollType, ExecutionTrace, Node, NodeKind, Rank, SharedArgs
 from .options import Options
-from .validate.findings import ERROR, WARNING
+from .validate import warn_partial_set
+from .validate.findings import ERROR, WARNING, Finding
 from .writers import chakra
 from .writers.atomic import atomic_set
 
@@ -87,11 +90,13 @@ def _write_if_clean(trace: ExecutionTrace, output: Path, options: Options, diagn
         with atomic_set(Path(output)) as tmpdir:
             written = workers.each_rank_later(chakra.write_rank_file, chakra.rank_file_job(trace, output, tmpdir),
                                               "writing")
-            clean = all(facts.clean for facts in checked) and _clean(trace, options)
+            notes = _cross_rank_notes(trace, options) if all(facts.clean for facts in checked) else None
             counts = written()
-            if not clean:
+            if notes is None:
                 raise Reported
             warn_if_kept(trace, diagnostics)
+            for note in notes:  # as the gate says them, in the same place among the warnings
+                warn_partial_set(note, diagnostics)
             chakra.finish_set(trace, tmpdir, Path(output).name, counts, diagnostics)
     except BaseException:
         for directory in made:  # a refused or failed set leaves no folder behind either
@@ -120,29 +125,45 @@ def _demote(rank: Rank, shell_and_options) -> None:
     demote_in_rank(rank, shell_and_options[0])
 
 
-def _clean(trace: ExecutionTrace, options: Options) -> bool:
-    """Whether the cross-rank checks on the skeletons in `trace` find nothing `api.write` reports."""
+def _cross_rank_notes(trace: ExecutionTrace, options: Options) -> list[Finding] | None:
+    """None when the cross-rank checks on the skeletons in `trace` find an error or a warning
+    (the set then goes the local way, whose messages name what skeletons leave out); else the
+    partial-set notes (I024) they find, which name only the ranks present and the job's size:
+    the same words as on the whole ranks, so the workers' files are kept."""
     from .validate.timing import check_timing_across_ranks
 
     # timing's overlaps and steps were checked on each whole rank by its worker (PER_RANK_CHECKS)
-    return not _reported_by(trace, options, CROSS_RANK_CHECKS, {"timing": check_timing_across_ranks})
+    found = _reported(trace, options, CROSS_RANK_CHECKS, {"timing": check_timing_across_ranks})
+    return None if any(finding.code != PARTIAL_SET for finding in found) else found
 
 
-def _reported_by(trace: ExecutionTrace, options: Options, names: tuple[str, ...], parts: dict | None = None) -> bool:
+def _reported_by(trace: ExecutionTrace, options: Options, names: tuple[str, ...]) -> bool:
     """True when a check of `names` finds what `validate.gate` reports (an error, a warning,
-    a partial rank set). The checks are taken from the validator's own list, by name; `parts`
-    gives, by name, the part of a check to run instead of the whole."""
+    a partial rank set)."""
+    return bool(_reported(trace, options, names))
+
+
+PARTIAL_SET = "I024"  # a log's partial rank set: the gate warns (W025) and writes the set
+
+
+def _reported(trace: ExecutionTrace, options: Options, names: tuple[str, ...], parts: dict | None = None) -> list[Finding]:
+    """What the checks of `names` find that `validate.gate` reports: the first error or warning
+    (the checks stop there), else every partial-set note. The checks are taken from the
+    validator's own list, by name; `parts` gives, by name, the part of a check to run instead."""
     from .validate import _checks
     from .validate.context import build_context
 
     ctx = build_context(trace, options)
+    notes = []
     for name, check in _checks():
         if name in names:
             check = (parts or {}).get(name, check)
             for finding in check(ctx) or ():
-                if finding.severity in (ERROR, WARNING) or finding.code == "I024":
-                    return True
-    return False
+                if finding.severity in (ERROR, WARNING):
+                    return [finding]
+                if finding.code == PARTIAL_SET:
+                    notes.append(finding)
+    return notes
 
 
 # The args the cross-rank checks read: collectives' dtype, p2p's shape and dtype, timing's fused

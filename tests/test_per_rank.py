@@ -229,6 +229,31 @@ def test_workers_write_the_rank_files_of_a_clean_set_with_the_local_bytes(tmp_pa
     assert all(n.kind is not NodeKind.COMPUTE for rank in trace.ranks.values() for n in rank.nodes)
 
 
+@pytest.mark.parametrize("where", [["--jobs", "2"], ["--cluster", "local:2"]], ids=["jobs", "cluster"])
+def test_workers_write_a_partial_set_of_logs_with_the_local_bytes_and_warning(tmp_path, monkeypatch, where):
+    # logs of 4 of a job's 8 ranks: the gate notes it (I024) and warns (W025); the workers'
+    # files are kept (before, every rank came back here to be gated and written again)
+    if where[0] == "--cluster":
+        pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'et-convert[cluster]')")
+    from converters.writers import chakra
+
+    paths = clean_logs(tmp_path)[:4]
+    here, said_here = chakra_set(tmp_path, paths, "here")
+    there, said_there = chakra_set(tmp_path, paths, "there", *where)
+    assert len(here) == 5 and here == there
+    assert said_here == said_there
+    assert "partial Chakra set: writing a Chakra set of ranks 0-3 of 8" in said_here
+    taken = []
+    real = chakra.finish_set
+    monkeypatch.setattr(chakra, "finish_set", lambda *a: taken.append(1) or real(*a))
+    option = {"jobs": 2} if where[0] == "--jobs" else {"cluster": "local:2"}
+    diagnostics = Diagnostics()
+    etc.convert(paths, tmp_path / "api" / "w", to="chakra", diagnostics=diagnostics, **option)
+    assert taken == [1]  # written by the workers: no local fallback
+    assert outputs(tmp_path / "api") == here
+    assert [m for m in diagnostics.messages() if "partial Chakra set" in m]
+
+
 def test_a_set_the_gate_reports_on_is_gated_and_written_as_a_local_run_does(tmp_path):
     paths = clean_logs(tmp_path)
     lines = paths[2].read_text().splitlines()

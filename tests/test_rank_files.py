@@ -31,7 +31,8 @@ def split_reports(trace) -> bool:
         return True
     skeletons = {r: from_skeleton(RankFacts(replace(rank, nodes=[]), skeleton(rank), True, 0, ""))
                  for r, rank in trace.ranks.items()}
-    return not rank_files._clean(replace(trace, ranks=skeletons), Options())
+    notes = rank_files._cross_rank_notes(replace(trace, ranks=skeletons), Options())
+    return notes is None or bool(notes)
 
 
 def swap_two_collectives(trace, rng: random.Random) -> None:
@@ -69,6 +70,37 @@ def test_split_checks_report_whenever_the_whole_validator_does(seed, fault, by_s
     assert split == whole or (split and not whole), "the split checks missed a finding"
     if fault is None:
         assert not split  # a clean job is written by the workers
+
+
+@PROPERTY
+@given(seed=st.integers(0, 2**32 - 1), fault=st.sampled_from((None, "swap", *FAULTS)))
+def test_a_logs_partial_set_keeps_the_workers_files_only_when_the_whole_validator_finds_just_the_note(seed, fault):
+    # a log of some ranks of a job: the whole validator notes it (I024), the gate warns and
+    # writes; the workers' files are kept when the split checks find only that note, which
+    # must then be all the whole validator finds, in the same words
+    from converters.validate import run_checks
+    from converters.validate.findings import ERROR, WARNING
+
+    rng = random.Random(seed)
+    trace = random_job(rng)
+    if fault == "swap":
+        swap_two_collectives(trace, rng)
+    elif fault is not None:
+        inject(trace, fault, rng)
+    trace.source.format = "megatron-log"
+    del trace.ranks[rng.choice(sorted(trace.ranks))]
+    shell = replace(trace, ranks={})
+    per_rank = any(_reported_by(replace(shell, ranks={r: rank}), Options(), PER_RANK_CHECKS) for r, rank in trace.ranks.items())
+    skeletons = {r: from_skeleton(RankFacts(replace(rank, nodes=[]), skeleton(rank), True, 0, ""))
+                 for r, rank in trace.ranks.items()}
+    notes = rank_files._cross_rank_notes(replace(trace, ranks=skeletons), Options())
+    whole = run_checks(trace)
+    if not per_rank and notes is not None:
+        assert not [f.text() for f in whole if f.severity in (ERROR, WARNING)]
+        assert [n.message for n in notes] == [f.message for f in whole if f.code == "I024"]
+        assert notes  # a rank is absent by design
+    if fault is None:
+        assert not per_rank and notes is not None  # a clean log of some ranks is written by the workers
 
 
 def _node(trace, rank: int, name: str) -> Node:

@@ -160,14 +160,19 @@ def gate(trace: ExecutionTrace, options: Options | None, diagnostics: Diagnostic
                                f"validation error{'s' if len(errors) != 1 else ''}: {shown}{more}; "
                                "run `et-convert validate` on the input for all findings, or use --force")
     for f in findings:
-        if f.code == "I024":  # fine for a log, not for a simulator's input
-            diagnostics.warn("validate-W025", f"validate warning: {CODES['W025']}: writing a Chakra set of "
-                             f"{f.message.removeprefix('the input holds ').split(';')[0]}; a simulator would wait "
-                             "forever for the absent ranks' messages and collectives")
+        if f.code == "I024":
+            warn_partial_set(f, diagnostics)
         if f.severity in (ERROR, WARNING):
             label = "error (written anyway, --force)" if f.severity == ERROR else "warning"
             diagnostics.warn(f"validate-{f.code}", f"validate {label}: {f.text()}" + " ({count} like it)", f.source or "")
     return findings
+
+
+def warn_partial_set(note: Finding, diagnostics: Diagnostics) -> None:
+    """What `gate` says of a log's partial rank set (I024): fine for a log, not for a simulator's input."""
+    diagnostics.warn("validate-W025", f"validate warning: {CODES['W025']}: writing a Chakra set of "
+                     f"{note.message.removeprefix('the input holds ').split(';')[0]}; a simulator would wait "
+                     "forever for the absent ranks' messages and collectives")
 
 
 __all__ = ["CODES", "Finding", "Report", "gate", "run_checks", "validate_trace"]
