@@ -23,16 +23,30 @@ ALL_CHECKS = tuple(dict.fromkeys(PER_RANK_CHECKS + CROSS_RANK_CHECKS))
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 
 
-def split_reports(trace) -> bool:
-    """What rank_files.convert decides: per-rank checks on each whole rank, the cross-rank
-    checks on the skeletons."""
+def split_checks(trace) -> tuple[bool, list | None]:
+    """What rank_files.convert decides on: whether a per-rank check reports on a whole rank, and
+    the cross-rank checks' partial-set notes on the skeletons (None: an error or a warning)."""
     shell = replace(trace, ranks={})
-    if any(_reported_by(replace(shell, ranks={r: rank}), Options(), PER_RANK_CHECKS) for r, rank in trace.ranks.items()):
-        return True
+    per_rank = any(_reported_by(replace(shell, ranks={r: rank}), Options(), PER_RANK_CHECKS) for r, rank in trace.ranks.items())
     skeletons = {r: from_skeleton(RankFacts(replace(rank, nodes=[]), skeleton(rank), True, 0, ""))
                  for r, rank in trace.ranks.items()}
-    notes = rank_files._cross_rank_notes(replace(trace, ranks=skeletons), Options())
-    return notes is None or bool(notes)
+    return per_rank, rank_files._cross_rank_notes(replace(trace, ranks=skeletons), Options())
+
+
+def split_reports(trace) -> bool:
+    per_rank, notes = split_checks(trace)
+    return per_rank or notes is None or bool(notes)
+
+
+def faulty_job(seed: int, fault: str | None) -> tuple:
+    """(a random job with `fault` in it, the random generator that made it)."""
+    rng = random.Random(seed)
+    trace = random_job(rng)
+    if fault == "swap":
+        swap_two_collectives(trace, rng)
+    elif fault is not None:
+        inject(trace, fault, rng)
+    return trace, rng
 
 
 def swap_two_collectives(trace, rng: random.Random) -> None:
@@ -55,12 +69,7 @@ def swap_two_collectives(trace, rng: random.Random) -> None:
 @given(seed=st.integers(0, 2**32 - 1), fault=st.sampled_from((None, "swap", *FAULTS)), by_streams=st.booleans())
 def test_split_checks_report_whenever_the_whole_validator_does(seed, fault, by_streams):
     # by_streams: every skeleton made by the stream route (rank_files._latest_comm_per_stream)
-    rng = random.Random(seed)
-    trace = random_job(rng)
-    if fault == "swap":
-        swap_two_collectives(trace, rng)
-    elif fault is not None:
-        inject(trace, fault, rng)
+    trace, _ = faulty_job(seed, fault)
     whole = _reported_by(trace, Options(), ALL_CHECKS)
     with pytest.MonkeyPatch.context() as patch:
         if by_streams:
@@ -81,19 +90,10 @@ def test_a_logs_partial_set_keeps_the_workers_files_only_when_the_whole_validato
     from converters.validate import run_checks
     from converters.validate.findings import ERROR, WARNING
 
-    rng = random.Random(seed)
-    trace = random_job(rng)
-    if fault == "swap":
-        swap_two_collectives(trace, rng)
-    elif fault is not None:
-        inject(trace, fault, rng)
+    trace, rng = faulty_job(seed, fault)
     trace.source.format = "megatron-log"
     del trace.ranks[rng.choice(sorted(trace.ranks))]
-    shell = replace(trace, ranks={})
-    per_rank = any(_reported_by(replace(shell, ranks={r: rank}), Options(), PER_RANK_CHECKS) for r, rank in trace.ranks.items())
-    skeletons = {r: from_skeleton(RankFacts(replace(rank, nodes=[]), skeleton(rank), True, 0, ""))
-                 for r, rank in trace.ranks.items()}
-    notes = rank_files._cross_rank_notes(replace(trace, ranks=skeletons), Options())
+    per_rank, notes = split_checks(trace)
     whole = run_checks(trace)
     if not per_rank and notes is not None:
         assert not [f.text() for f in whole if f.severity in (ERROR, WARNING)]
