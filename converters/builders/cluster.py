@@ -71,10 +71,11 @@ class DaskWorkers(per_rank.Workers):
         for i, (future, path) in enumerate(zip(futures, self.paths)):
             try:
                 results.append(_result(future, path, self.options, doing))
-                if arrived is not None:
-                    arrived(results[-1])
             except InputError as e:
                 errors[i] = e  # another share of the file may have an earlier bad line
+            else:
+                if arrived is not None:  # (outside the try: its own errors are not this file's)
+                    arrived(results[-1])
             _collect_young()
         if errors:
             raise per_rank.first_error(errors, self.paths)
