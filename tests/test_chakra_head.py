@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from converters._proto import et_def_pb2 as pb
-from converters._proto.wire import node_head
+from converters._proto.wire import FramingError, frames, node_head, varint
 from converters.diagnostics import InputError
 from converters.readers.chakra import NodeDecoder
 
@@ -55,7 +55,8 @@ def node_messages(draw) -> bytes:
     elif edit == "cut" and body:
         body = body[:draw(st.integers(0, len(body) - 1))]
     elif edit == "append":
-        body += draw(st.sampled_from([b"\x08\x05", b"\x30\x00", b"\x22\x01\x01", b"\x98\x01\x01", b"\x12\x01a"]))
+        body += draw(st.sampled_from([b"\x08\x05", b"\x30\x00", b"\x22\x01\x01", b"\x98\x01\x01", b"\x12\x01a",
+                                      b"\x38\x07"]))  # (a second duration, after the attributes)
     elif edit == "zero id":
         body = b"\x08\x00" + body
     return body
@@ -101,3 +102,21 @@ def test_a_node_with_a_bad_attribute_is_named_by_protobuf_route():
     assert NodeDecoder().recipe_by_head(body) is None
     with pytest.raises(InputError, match=r"w\.0\.et: byte 7: node 4 'ar': comm_type 42 is not a CollectiveCommType"):
         NodeDecoder().recipe_by_protobuf(body, Path("w.0.et"), 7)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40_000), max_size=6), st.booleans())
+def test_frames_find_every_message_whatever_its_prefix_length(lengths, long_prefix):
+    # one-byte prefixes (< 128), two-byte ones (a measured run's sub-operations), longer ones;
+    # also a two-byte prefix written longer than needed, which protobuf would not write
+    data, expected = b"", []
+    for length in lengths:
+        prefix = varint(length)
+        if long_prefix and length < 128:
+            prefix = bytes((length | 0x80, 0))
+        expected.append((len(data), len(data) + len(prefix), len(data) + len(prefix) + length))
+        data += prefix + bytes(length)
+    assert list(frames(data)) == expected
+    if lengths and lengths[-1]:  # the last message cut short
+        with pytest.raises(FramingError, match="truncated"):
+            list(frames(data[:-1]))

@@ -29,9 +29,9 @@ def framed(messages: list[bytes]) -> bytes:
     return b"".join(varint(len(m)) + m for m in [METADATA, *messages])
 
 
-def plain_node(node_id: int, start: int, group: str = "3") -> bytes:
+def plain_node(node_id: int, start: int, group: str = "3", duration: int = 5) -> bytes:
     return pb.Node(id=node_id, name=f"n{node_id}", type=7, data_deps=[node_id - 1] if node_id else [],
-                   start_time_micros=start, duration_micros=5,
+                   start_time_micros=start, duration_micros=duration,
                    attr=[pb.AttributeProto(name="comm_type", int64_val=0),
                          pb.AttributeProto(name="pg_name", string_val=group)]).SerializeToString()
 
@@ -91,6 +91,20 @@ def test_measured_files_take_the_fast_route_and_plain_ones_still_share(monkeypat
     assert nodes[0][0].deps == [] and nodes[0][1].deps == [0] and nodes[0][1].deps is not nodes[1][1].deps
     nodes, shared, maps, _, shared_ranks = read_both_ways(plain, monkeypatch)
     assert shared == [True, True] and maps[1] == ({3: 4}, None) and shared_ranks == 1
+
+
+def test_a_duration_written_twice_is_read_as_protobuf_reads_it(monkeypatch):
+    # protobuf takes the last value of a field written twice, and would not write these bytes
+    head = pb.Node(id=1, name="n1", type=7, data_deps=[0], start_time_micros=300).SerializeToString()
+    twice = head + b"\x38\x05" + plain_node(1, 0, duration=7)[len(head) - 3:]  # (the start's 3 bytes are not there)
+    assert twice[len(head):len(head) + 4] == b"\x38\x05\x38\x07"
+    files = [framed([plain_node(0, 100), twice, plain_node(2, 300) + b"\x38\x07"])]
+    fast = read_both_ways(files, monkeypatch)
+    with monkeypatch.context() as m:
+        recipe_route_only(m)
+        slow = read_both_ways(files, m)
+    assert fast == slow
+    assert [n.duration_ns for n in fast[0][0]] == [5000, 7000, 7000] and fast[3] == 2
 
 
 def test_an_error_after_measured_nodes_is_named_as_before(monkeypatch):

@@ -130,6 +130,29 @@ def test_io_info_and_start_times_are_kept(tmp_path):
     assert trace.ranks[0].nodes[0].outputs is None
 
 
+def test_a_measured_set_of_ours_takes_back_only_what_its_writer_writes(tmp_path, cli):
+    # our metadata says measured: a node without a start began at 0, and the attributes the
+    # writer keeps are taken back only in the kind it writes them (others stay attributes)
+    ours = ref.GlobalMetadata(version="0.0.4", attr=[attr("timing", string_val="measured"),
+                                                     attr("time_origin_ns", int64_val=7)])
+    nodes = [ref.Node(id=0, name="step", type=ref.COMP_NODE, duration_micros=9, attr=[attr("stream", string_val="cpu")]),
+             ref.Node(id=1, name="sub", type=ref.COMP_NODE, start_time_micros=2, duration_micros=3,
+                      attr=[attr("parent", int64_val=0), attr("wait_ns", string_val="soon"),
+                            attr("fused", string_val="send_forward_recv_backward")])]
+    write_with_reference(tmp_path / "t.0.et", ours, nodes)
+    trace = load([tmp_path / "t.0.et"])
+    step, sub = trace.ranks[0].nodes
+    assert (trace.timing, trace.time_origin_ns) == ("measured", 7)
+    assert (step.start_ns, step.stream, step.parent) == (0, "cpu", None)
+    assert (sub.start_ns, sub.parent, sub.args) == (2000, 0, {"fused": "send_forward_recv_backward"})
+    assert cli("stats", tmp_path).code == 0
+    # another tool's file: the same attributes mean nothing, and no start means no times
+    write_with_reference(tmp_path / "t.0.et", ref.GlobalMetadata(version="0.0.4"), nodes)
+    trace = load([tmp_path / "t.0.et"])
+    step, sub = trace.ranks[0].nodes
+    assert trace.timing == "none" and (step.start_ns, step.stream, sub.parent, sub.args) == (None, "", None, {})
+
+
 def test_rank_comes_from_the_name(tmp_path):
     write_with_reference(tmp_path / "w.12.et", ref.GlobalMetadata(version="v"), [])
     assert list(load([tmp_path / "w.12.et"]).ranks) == [12]
@@ -180,7 +203,7 @@ def test_truncated_file_names_the_byte(tmp_path):
     data = (SAMPLES / "chakra_model" / "workload.0.et").read_bytes()
     line = run_bad(tmp_path, data[:-30])
     assert line.startswith("et-convert: error: ")
-    assert f"bad.0.et: byte" in line and "truncated Node message (wanted" in line and "bytes, " in line
+    assert "bad.0.et: byte" in line and "truncated Node message (wanted" in line and "bytes, " in line
     offset = int(line.split("byte ")[1].split(":")[0])
     assert 0 < offset < len(data) - 30
 

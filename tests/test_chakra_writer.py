@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import SAMPLES, run_cli
+from converters._proto.wire import KEPT_ARGS
 from converters.diagnostics import Diagnostics, InputError
 from converters.model import CollType, ExecutionTrace, Group, Node, NodeKind, Rank, WireAttr
 from converters.options import Options
@@ -66,7 +67,7 @@ def small_trace() -> ExecutionTrace:
 
 def test_astra_sim_attribute_kinds_and_rules(tmp_path):
     diagnostics = Diagnostics()
-    prefix = write(small_trace(), tmp_path / "w", diagnostics)
+    write(small_trace(), tmp_path / "w", diagnostics)
     assert json.loads((tmp_path / "w.comm_group.json").read_text()) == {"1": [0, 1]}
     for r in (0, 1):
         meta, nodes = read_with_reference(tmp_path / f"w.{r}.et")
@@ -217,6 +218,10 @@ KINDS = [NodeKind.COMPUTE, NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV, No
 def models(draw):
     world = draw(st.integers(1, 3))
     trace = ExecutionTrace()
+    if draw(st.booleans()):  # a run's measured times (whole µs, as Chakra keeps them; the first at 0)
+        trace.timing, trace.time_origin_ns = "measured", draw(st.integers(0, 1 << 50))
+        if draw(st.booleans()):  # a scaling-mode log's: no timeline across ranks
+            trace.metadata["scaling_mode"] = True
     for members in ((0,), tuple(range(world))):
         trace.add_group("tp", members)
     for r in range(world):
@@ -237,6 +242,14 @@ def models(draw):
                     node.tag = draw(st.integers(0, 1 << 30))
             elif kind in (NodeKind.MEM_LOAD, NodeKind.MEM_STORE):
                 node.size = draw(st.integers(0, 1 << 62))
+            if trace.timing == "measured":
+                node.start_ns = 1000 * draw(st.integers(0, 10**9))
+                node.parent = draw(st.none() | st.integers(0, i))  # (itself: a step of its own)
+                node.stream = draw(st.sampled_from(["", "cpu", "stream 7"]))
+                if node.kind in (NodeKind.SEND, NodeKind.RECV) and draw(st.booleans()):
+                    node.args["fused"] = draw(st.sampled_from(["send_forward_recv_backward", "x"]))
+                if node.kind == NodeKind.RECV and draw(st.booleans()):
+                    node.args["wait_ns"] = draw(st.integers(0, 1 << 40))
             nodes.append(node)
         trace.ranks[r] = Rank(r, nodes)
     return trace
@@ -245,7 +258,7 @@ def models(draw):
 def carried(node: Node) -> tuple:
     return (node.id, node.name, node.kind, node.duration_ns, node.deps, node.coll, node.size,
             node.group, node.peer, node.tag if node.kind in (NodeKind.SEND, NodeKind.RECV) else None,
-            node.microbatch)
+            node.microbatch, node.start_ns, node.parent, node.stream, [node.args.get(key) for key in KEPT_ARGS])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -256,6 +269,10 @@ def test_random_models_round_trip_through_et_files(trace, tmp_path_factory):
     files = sorted(out.glob("w.*.et"))
     back = reader.load(files, Options(), Diagnostics())
     assert sorted(back.ranks) == sorted(trace.ranks)
+    # a measured set reads back measured, even with a node at 0 µs, which protobuf leaves out
+    measured = trace.timing == "measured" and trace.node_count() > 0
+    assert (back.timing, back.time_origin_ns) == (("measured", trace.time_origin_ns) if measured else ("none", 0))
+    assert back.metadata.get("scaling_mode") == (trace.metadata.get("scaling_mode") if measured else None)
     for r, rank in trace.ranks.items():
         assert [carried(n) for n in back.ranks[r].nodes] == [carried(n) for n in rank.nodes]
     used = {n.group for rank in trace.ranks.values() for n in rank.nodes if n.group is not None}

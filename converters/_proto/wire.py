@@ -66,6 +66,9 @@ def frames(data: bytes | memoryview) -> Iterator[tuple[int, int, int]]:
         length = data[pos]
         if length < 0x80:  # most messages are shorter than 128 bytes
             pos += 1
+        elif pos + 1 < size and data[pos + 1] < 0x80:  # two bytes, below 16 KiB: a measured run's sub-operations
+            length = (length & 0x7F) | data[pos + 1] << 7
+            pos += 2
         else:
             length, pos = _length_prefix(data, pos)
         if pos + length > size:
@@ -209,6 +212,16 @@ def in_per_rank_form(attr: WireAttr) -> bool:
         return (attr.kind == "string_val" and 0 < len(value) <= MAX_GROUP_DIGITS and value.isascii()
                 and value.isdigit() and value[0] != "0")
     return attr.name in _PEER_HEADS and attr.kind == "int32_val" and 0 <= attr.value < 1 << 31
+
+
+# What a measured run's checks, numbers and timelines read beside its times, which et-convert's
+# Chakra writer keeps as attributes (ASTRA-sim reads none of them), by name: the attribute's
+# kind. `parent` (the id of the step a log's sub-operation ran in) and `stream` are Node fields;
+# the others Node.args (`KEPT_ARGS`): the fused exchange a send or a receive is half of (the
+# validator's overlaps), a receive's wait before its data came (`stats`' pipeline bubble). A set
+# it wrote from measured times gives them back (readers/chakra.py: decide_timing).
+MEASURED_FACTS = {"parent": "int64_val", "stream": "string_val", "fused": "string_val", "wait_ns": "int64_val"}
+KEPT_ARGS = ("fused", "wait_ns")
 
 
 # ---------------------------------------------------------------------------------------------

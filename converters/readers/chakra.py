@@ -39,8 +39,8 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from .._proto import et_def_pb2 as pb
 from .._proto.wire import (
-    PER_RANK_FIELD, FramingError, attr_from_proto, attr_to_proto, frames, in_per_rank_form, node_head,
-    per_rank_field, per_rank_role,
+    KEPT_ARGS, MEASURED_FACTS, PER_RANK_FIELD, FramingError, attr_from_proto, attr_to_proto, frames,
+    in_per_rank_form, node_head, per_rank_field, per_rank_role,
 )
 from ..diagnostics import Diagnostics, InputError
 from ..gc_pause import paused_gc
@@ -903,9 +903,60 @@ def apply_our_metadata(trace: ExecutionTrace, where: Callable[[Rank, int], str] 
 
 
 def decide_timing(trace: ExecutionTrace) -> None:
-    """Measured only when every node has a start time; Chakra usually carries durations only."""
+    """Measured only when every node has a start time; Chakra usually carries durations only.
+
+    protobuf leaves out a start of 0 µs, so the first op of a measured run reads as having
+    none. A set et-convert wrote from measured times says so in every rank's metadata
+    (`timing`, `time_origin_ns`): there a node without a start time started at 0, and what
+    its writer kept as attributes (`RankEncoder.node_attrs`: its step, `stream`, the args
+    of `KEPT_ARGS`) is the node's again. Such a set reads back as measured: its `stats`,
+    checks and timelines are the run's, not a schedule's."""
     ranks = trace.ranks.values()
+    declared = _declared_measured(trace)
+    if declared is not None:
+        facts_of: dict[int, tuple] = {}  # id of an attrs list (nodes of one message tail share theirs) -> its facts
+        for rank in ranks:
+            for node in rank.nodes:
+                if node.start_ns is None:
+                    node.start_ns = 0
+                attrs = node.attrs
+                if attrs:
+                    facts = facts_of.get(id(attrs))
+                    if facts is None:
+                        facts = facts_of[id(attrs)] = _measured_facts(attrs)
+                    parent, stream, kept = facts
+                    if parent is not None:
+                        node.parent = parent
+                    if stream is not None:
+                        node.stream = stream
+                    if kept:
+                        node.args.update(kept)  # (each node read has args of its own: NodeDecoder.build, read_nodes)
     if any(r.nodes for r in ranks) and all(n.start_ns is not None for r in ranks for n in r.nodes):
         trace.timing = "measured"
+        if declared is not None:
+            trace.time_origin_ns, scaling_mode = declared
+            if scaling_mode:  # a scaling-mode log's: each rank on a timeline of its own
+                trace.metadata["scaling_mode"] = True
     else:
         trace.timing = "none"
+
+
+def _measured_facts(attrs: list[WireAttr]) -> tuple:
+    """(parent, stream, args of `KEPT_ARGS`) that attributes of `MEASURED_FACTS` give a node:
+    only those of the kind the writer gives them; None (or no args) for those absent."""
+    found = {attr.name: attr.value for attr in attrs if MEASURED_FACTS.get(attr.name) == attr.kind}
+    return found.get("parent"), found.get("stream"), [(name, found[name]) for name in KEPT_ARGS if name in found]
+
+
+def _declared_measured(trace: ExecutionTrace) -> tuple[int, bool] | None:
+    """(time origin, scaling mode) that every rank's et-convert metadata gives for measured
+    times; None when some rank's metadata does not say `timing` "measured" (or has none:
+    another tool's file), or the ranks disagree."""
+    declared = set()
+    for rank in trace.ranks.values():
+        said = {attr.name: attr.value for attr in rank.wire_metadata[1]} if rank.wire_metadata else {}
+        origin = said.get("time_origin_ns")
+        if said.get("timing") != "measured" or type(origin) is not int:
+            return None
+        declared.add((origin, said.get("scaling_mode") is True))
+    return declared.pop() if len(declared) == 1 else None

@@ -33,7 +33,7 @@ import orjson
 
 from .. import progress
 from .._proto import et_def_pb2 as pb
-from .._proto.wire import ATTR_KINDS, attr_to_proto, int_range, varint
+from .._proto.wire import ATTR_KINDS, KEPT_ARGS, MEASURED_FACTS, attr_to_proto, int_range, varint
 from ..diagnostics import Diagnostics, InputError
 from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
 from ..options import Options
@@ -52,7 +52,9 @@ TABLE_KINDS = {
 }
 MEM_KINDS = (NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
 SEND, RECV = NodeKind.SEND, NodeKind.RECV
-VARINTS = [bytes((i,)) for i in range(128)]  # one-byte length prefixes
+# Length prefixes of node messages up to this size, made once: a measured log's sub-operation
+# (its step kept as an attribute) passes 127 bytes, where a prefix takes two.
+VARINTS = [varint(i) for i in range(1024)]
 MAX_UINT64 = (1 << 64) - 1
 
 
@@ -350,13 +352,21 @@ class RankEncoder:
         so it is made once per distinct combination (a measured log repeats a handful of them).
         """
         fields = self.node_fields(new_id, node, index)
+        parent = stream = kept = None
+        if self.measured:  # the facts `node_attrs` keeps (inline: a log's sub-operations are nearly every node)
+            parent, stream, args = node.parent, node.stream, node.args
+            if parent is not None:
+                parent = index.get(parent)
+            if args and not args.keys().isdisjoint(KEPT_ARGS):
+                kept = tuple(map(args.get, KEPT_ARGS))
         if node.attrs:  # attributes from a Chakra file: rare, and not worth a cache key
-            return fields, (*self.node_attrs(node), (0, 0, 0, 0))
-        key = (node.kind, node.coll, node.size, node.group, node.peer, node.tag, node.microbatch)
+            return fields, (*self.node_attrs(node, _facts(parent, stream, kept)), (0, 0, 0, 0))
+        key = (node.kind, node.coll, node.size, node.group, node.peer, node.tag, node.microbatch, parent, stream, kept)
         rest = self.attr_parts.get(key)
         if rest is None:
             before = self.counts()
-            rest = self.attr_parts[key] = (*self.node_attrs(node), tuple(map(operator.sub, self.counts(), before)))
+            rest = self.attr_parts[key] = (*self.node_attrs(node, _facts(parent, stream, kept)),
+                                           tuple(map(operator.sub, self.counts(), before)))
         else:  # the warnings count nodes, not combinations
             self.count(rest[3])
         return fields, rest
@@ -419,10 +429,17 @@ class RankEncoder:
             encoded = self.io_cache[values] = io_info(values).SerializeToString()
         return key + varint(len(encoded)) + encoded
 
-    def node_attrs(self, node: Node):
-        """(attribute entries before the hole, hole or None, entries after it) of one node."""
+    def node_attrs(self, node: Node, facts: tuple | None = None):
+        """(attribute entries before the hole, hole or None, entries after it) of one node.
+
+        `facts` (a measured set's, `encode_node`): what the run's checks, numbers and timelines
+        read besides its times, kept as attributes (`MEASURED_FACTS`) so that the set reads back
+        as the run did (`readers/chakra.decide_timing`): the new id of the node it ran inside
+        (a log's step; None when that node is not in the list), its stream, its args of
+        `KEPT_ARGS` (or None). (A step's id, not how far back it is: a step's sub-operations
+        then share their entries, as they share their microbatch.)"""
         kind = node.kind
-        if kind is NodeKind.COMPUTE and node.microbatch is None and not node.attrs:
+        if kind is NodeKind.COMPUTE and node.microbatch is None and facts is None and not node.attrs:
             return b"", None, b""  # the common case: nothing more to add
         entry = self.attr_entry
         head_attrs: list[bytes] = []
@@ -456,6 +473,17 @@ class RankEncoder:
         if node.microbatch is not None:
             tail.append(entry("microbatch", "int64_val", node.microbatch))
             produced.add("microbatch")
+        if self.measured:  # (what a file read carried under these names is made anew, or left out)
+            produced.update(MEASURED_FACTS)
+        if facts is not None:
+            parent, stream, kept = facts
+            for name, value in (("parent", parent), ("stream", stream), *zip(KEPT_ARGS, kept or ())):
+                if value is None or value == "":
+                    continue
+                kind = MEASURED_FACTS[name]
+                usable = isinstance(value, str) if kind == "string_val" else type(value) is int and fits(value, kind)
+                if usable:  # (an arg of another type is left out: the reader would not take it)
+                    tail.append(entry(name, kind, value))
         for attr in node.attrs or ():
             if attr.name not in produced:
                 tail.append(self.wire_attr_entry(attr))
@@ -492,7 +520,7 @@ class RankEncoder:
             fields, slot = item
             middle = middles[slot]
             size = len(fields) + len(middle)
-            extend((VARINTS[size] if size < 128 else varint(size), fields, middle))
+            extend((VARINTS[size] if size < 1024 else varint(size), fields, middle))
             if len(out) > 8192:
                 yield b"".join(out)
                 out.clear()
@@ -589,6 +617,11 @@ def report_counts(diagnostics: Diagnostics, dropped_deps: int = 0, zero_size: in
              count=no_peer)
 
 
+def _facts(parent: int | None, stream: str | None, kept: tuple | None) -> tuple | None:
+    """`RankEncoder.node_attrs`' facts, None when there are none."""
+    return (parent, stream, kept) if parent is not None or stream or kept is not None else None
+
+
 def duration_micros(node: Node) -> int:
     """Whole µs, rounded up; a compute node lasts at least 1 µs (the old feeder skips 0)."""
     micros = -(-max(node.duration_ns, 0) // 1000)
@@ -644,6 +677,8 @@ def common_metadata_attrs(trace: ExecutionTrace) -> list[WireAttr]:
     attrs.append(WireAttr("timing", "string_val", trace.timing))
     if trace.timing == "measured":
         attrs.append(WireAttr("time_origin_ns", "int64_val", int(trace.time_origin_ns)))
+        if trace.metadata.get("scaling_mode"):  # ranks ran one after another: no cross-rank timeline
+            attrs.append(WireAttr("scaling_mode", "bool_val", True))
     attrs.append(WireAttr("assumptions", "string_list", list(trace.assumptions)))
     return attrs
 
