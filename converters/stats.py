@@ -11,7 +11,9 @@ is only as good as that gap says, so the two are printed side by side.
 
 from __future__ import annotations
 
+import heapq
 import sys
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +63,9 @@ def stats_of(trace, timeline) -> dict[str, Any]:
     if reference is not None:
         out["measured"] = reference
     if timeline.kind == "measured" and not trace.metadata.get("scaling_mode"):
-        out["groups"] = traffic_by_group(trace, timeline)
-        out["slowest_collectives"] = slowest_collectives(trace, timeline)
+        instances = _collective_instances(trace, timeline)  # (one pass over every node for both)
+        out["groups"] = traffic_by_group(trace, timeline, instances)
+        out["slowest_collectives"] = slowest_collectives(trace, timeline, instances=instances)
     return out
 
 
@@ -74,45 +77,65 @@ def _collective_instances(trace, timeline) -> dict[tuple[int, int], list[tuple[i
     for rank in trace.sorted_ranks():
         st, en = timeline.starts[rank.rank], timeline.ends[rank.rank]
         seen: dict[int, int] = {}
+        gmap = rank.group_map or {}  # (Rank.group_of, inline: a log's collectives are nearly every node)
         for i, node in enumerate(rank.nodes):
             if node.kind != NodeKind.COLLECTIVE:
                 continue
-            gid = rank.group_of(node)
+            gid = gmap.get(node.group, node.group)
             k = seen.get(gid, 0)
             seen[gid] = k + 1
             instances.setdefault((gid, k), []).append((rank.rank, st[i], en[i], node))
     return instances
 
 
-def traffic_by_group(trace, timeline) -> dict[str, dict[str, int]]:
-    """Per group (label): collective instances, bytes per member and the instances' total span."""
+_START, _END = itemgetter(1), itemgetter(2)  # of an instance's members
+
+
+def _labels(trace, instances: dict) -> dict:
+    """Each group id of `instances`: its label ("world" for all ranks, or a group not defined)."""
+    return {gid: trace.groups[gid].label if gid in trace.groups else "world" for gid in {gid for gid, _ in instances}}
+
+
+def traffic_by_group(trace, timeline, instances: dict | None = None) -> dict[str, dict[str, int]]:
+    """Per group (label): collective instances, bytes per member and the instances' total span.
+    `instances`: `_collective_instances`, when already found."""
+    if instances is None:
+        instances = _collective_instances(trace, timeline)
+    per_group: dict[Any, list[int]] = {}  # group id -> [instances, bytes, span]
+    for (gid, _), members in instances.items():
+        row = per_group.get(gid)
+        if row is None:
+            row = per_group[gid] = [0, 0, 0]
+        row[0] += 1
+        row[1] += members[0][3].size
+        row[2] += max(map(_END, members)) - min(map(_START, members))
+    labels = _labels(trace, instances)
     out: dict[str, dict[str, int]] = {}
-    for (gid, _), members in sorted(_collective_instances(trace, timeline).items(), key=lambda kv: (kv[0][0] or 0, kv[0][1])):
-        label = trace.groups[gid].label if gid in trace.groups else "world"
-        row = out.setdefault(label, {"instances": 0, "bytes": 0, "span_ns": 0})
-        row["instances"] += 1
-        row["bytes"] += members[0][3].size
-        row["span_ns"] += max(m[2] for m in members) - min(m[1] for m in members)
+    for gid in sorted(per_group, key=lambda gid: gid or 0):
+        row = out.setdefault(labels[gid], {"instances": 0, "bytes": 0, "span_ns": 0})
+        for name, value in zip(row, per_group[gid]):
+            row[name] += value
     return out
 
 
-def slowest_collectives(trace, timeline, limit: int = 5) -> list[dict[str, Any]]:
+def slowest_collectives(trace, timeline, limit: int = 5, instances: dict | None = None) -> list[dict[str, Any]]:
     """The collective instances whose members spent longest from the first start to the last end,
     with the rank that started last (the one everyone waited for) and how long the first waited."""
+    if instances is None:
+        instances = _collective_instances(trace, timeline)
+    labels = _labels(trace, instances)
+    # (-span, group, seq, members) of every instance of two members or more; rows only for the slowest
+    spans = [(min(map(_START, members)) - max(map(_END, members)), labels[gid], k, members)
+             for (gid, k), members in instances.items() if len(members) >= 2]
     rows = []
-    for (gid, k), members in _collective_instances(trace, timeline).items():
-        if len(members) < 2:
-            continue
+    for negative_span, label, k, members in heapq.nsmallest(limit, spans, key=itemgetter(0, 1, 2)):
         first = min(members, key=lambda m: (m[1], m[0]))
         last = max(members, key=lambda m: (m[1], -m[0]))
-        span = max(m[2] for m in members) - first[1]
         rows.append({
-            "group": trace.groups[gid].label if gid in trace.groups else "world", "seq": k,
-            "name": last[3].name, "bytes": last[3].size, "span_ns": span,
+            "group": label, "seq": k, "name": last[3].name, "bytes": last[3].size, "span_ns": -negative_span,
             "last_rank": last[0], "wait_ns": last[1] - first[1], "source": last[3].source or "",
         })
-    rows.sort(key=lambda r: (-r["span_ns"], r["group"], r["seq"]))
-    return rows[:limit]
+    return rows
 
 
 def measured_reference(trace, timeline) -> dict[str, Any] | None:
