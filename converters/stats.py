@@ -69,26 +69,37 @@ def stats_of(trace, timeline) -> dict[str, Any]:
     return out
 
 
-def _collective_instances(trace, timeline) -> dict[tuple[int, int], list[tuple[int, int, int, Any]]]:
-    """(group id, k) -> [(rank, start, end, node)] for the k-th collective of each group on each member."""
+def _collective_instances(trace, timeline) -> dict[tuple[int, int], list]:
+    """(group id, k) -> what the k-th collective of each group shows over its members: [members,
+    bytes of the lowest rank's, earliest start, its rank (the lowest on a tie), latest start, its
+    rank (the lowest on a tie), its node, latest end]. Kept as it goes, not member by member: a
+    log's collectives are nearly every node (40 MB of tuples on benchmark 7's set)."""
     from .model import NodeKind
 
     instances: dict[tuple[int, int], list] = {}
-    for rank in trace.sorted_ranks():
-        st, en = timeline.starts[rank.rank], timeline.ends[rank.rank]
+    for rank in trace.sorted_ranks():  # (ascending ranks: a tie keeps the lower rank)
+        r, st, en = rank.rank, timeline.starts[rank.rank], timeline.ends[rank.rank]
         seen: dict[int, int] = {}
-        gmap = rank.group_map or {}  # (Rank.group_of, inline: a log's collectives are nearly every node)
+        gmap = rank.group_map or {}  # (Rank.group_of, inline)
         for i, node in enumerate(rank.nodes):
             if node.kind != NodeKind.COLLECTIVE:
                 continue
             gid = gmap.get(node.group, node.group)
             k = seen.get(gid, 0)
             seen[gid] = k + 1
-            instances.setdefault((gid, k), []).append((rank.rank, st[i], en[i], node))
+            start, end = st[i], en[i]
+            instance = instances.get((gid, k))
+            if instance is None:
+                instances[gid, k] = [1, node.size, start, r, start, r, node, end]
+                continue
+            instance[0] += 1
+            if start < instance[2]:
+                instance[2], instance[3] = start, r
+            if start > instance[4]:
+                instance[4], instance[5], instance[6] = start, r, node
+            if end > instance[7]:
+                instance[7] = end
     return instances
-
-
-_START, _END = itemgetter(1), itemgetter(2)  # of an instance's members
 
 
 def _labels(trace, instances: dict) -> dict:
@@ -102,13 +113,13 @@ def traffic_by_group(trace, timeline, instances: dict | None = None) -> dict[str
     if instances is None:
         instances = _collective_instances(trace, timeline)
     per_group: dict[Any, list[int]] = {}  # group id -> [instances, bytes, span]
-    for (gid, _), members in instances.items():
+    for (gid, _), instance in instances.items():
         row = per_group.get(gid)
         if row is None:
             row = per_group[gid] = [0, 0, 0]
         row[0] += 1
-        row[1] += members[0][3].size
-        row[2] += max(map(_END, members)) - min(map(_START, members))
+        row[1] += instance[1]
+        row[2] += instance[7] - instance[2]
     labels = _labels(trace, instances)
     out: dict[str, dict[str, int]] = {}
     for gid in sorted(per_group, key=lambda gid: gid or 0):
@@ -124,16 +135,15 @@ def slowest_collectives(trace, timeline, limit: int = 5, instances: dict | None 
     if instances is None:
         instances = _collective_instances(trace, timeline)
     labels = _labels(trace, instances)
-    # (-span, group, seq, members) of every instance of two members or more; rows only for the slowest
-    spans = [(min(map(_START, members)) - max(map(_END, members)), labels[gid], k, members)
-             for (gid, k), members in instances.items() if len(members) >= 2]
+    # (-span, group, seq, instance) of every instance of two members or more; rows only for the slowest
+    spans = [(instance[2] - instance[7], labels[gid], k, instance)
+             for (gid, k), instance in instances.items() if instance[0] >= 2]
     rows = []
-    for negative_span, label, k, members in heapq.nsmallest(limit, spans, key=itemgetter(0, 1, 2)):
-        first = min(members, key=lambda m: (m[1], m[0]))
-        last = max(members, key=lambda m: (m[1], -m[0]))
+    for negative_span, label, k, instance in heapq.nsmallest(limit, spans, key=itemgetter(0, 1, 2)):
+        _, _, first_start, _, last_start, last_rank, last, _ = instance
         rows.append({
-            "group": label, "seq": k, "name": last[3].name, "bytes": last[3].size, "span_ns": -negative_span,
-            "last_rank": last[0], "wait_ns": last[1] - first[1], "source": last[3].source or "",
+            "group": label, "seq": k, "name": last.name, "bytes": last.size, "span_ns": -negative_span,
+            "last_rank": last_rank, "wait_ns": last_start - first_start, "source": last.source or "",
         })
     return rows
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from helpers.scheduler_synth import coll, compute, recv, trace_of
 
 from converters.diagnostics import Diagnostics
@@ -143,3 +145,50 @@ def test_a_chakra_set_written_from_logs_gives_the_logs_numbers(cli, samples, tmp
     assert from_set["slowest_collectives"] == from_logs["slowest_collectives"]
     checked = cli("validate", tmp_path)
     assert checked.code == 0 and "0 errors, 0 warnings" in checked.stdout and "9 checks" in checked.stdout, checked.stdout
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_collective_numbers_follow_their_definitions_on_random_measured_runs(data):
+    # members of one instance often start together: ties decide which rank is named
+    from converters.stats import slowest_collectives, traffic_by_group
+    from converters.timeline import measured_timeline
+
+    world = data.draw(st.integers(2, 4))
+    programs = {}
+    for r in range(world):
+        kinds = data.draw(st.lists(st.sampled_from([None, 1]), max_size=6))  # world or group 1 per collective
+        programs[r] = [coll(i, CollType.ALL_REDUCE, data.draw(st.integers(1, 9)), group=g) for i, g in enumerate(kinds)]
+        for node in programs[r]:
+            node.start_ns, node.duration_ns = data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))
+    trace = trace_of(programs)
+    trace.add_group("tp", (0, 1))
+    trace.timing = "measured"
+    timeline = measured_timeline(trace)
+    # the definitions, member by member: the k-th collective of a group on each rank is one instance
+    instances: dict = {}
+    for r, nodes in programs.items():
+        for node in nodes:
+            gid = node.group
+            k = sum(1 for other in nodes[:nodes.index(node)] if other.group == gid)
+            instances.setdefault((gid, k), []).append((r, node.start_ns, node.start_ns + node.duration_ns, node))
+    label = {None: "world", 1: trace.groups[1].label}
+    traffic: dict = {}
+    for (gid, _), members in sorted(instances.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1])):
+        row = traffic.setdefault(label[gid], {"instances": 0, "bytes": 0, "span_ns": 0})
+        row["instances"] += 1
+        row["bytes"] += members[0][3].size
+        row["span_ns"] += max(m[2] for m in members) - min(m[1] for m in members)
+    slowest = []
+    for (gid, k), members in instances.items():
+        if len(members) >= 2:
+            first = min(members, key=lambda m: (m[1], m[0]))
+            last = max(members, key=lambda m: (m[1], -m[0]))
+            slowest.append({"group": label[gid], "seq": k, "name": last[3].name, "bytes": last[3].size,
+                            "span_ns": max(m[2] for m in members) - first[1], "last_rank": last[0],
+                            "wait_ns": last[1] - first[1], "source": ""})
+    slowest.sort(key=lambda row: (-row["span_ns"], row["group"], row["seq"]))
+    assert traffic_by_group(trace, timeline) == traffic
+    assert list(traffic_by_group(trace, timeline)) == list(traffic)
+    assert slowest_collectives(trace, timeline, limit=100) == slowest
+    assert slowest_collectives(trace, timeline) == slowest[:5]
