@@ -71,9 +71,9 @@ def stats_of(trace, timeline) -> dict[str, Any]:
 
 def _collective_instances(trace, timeline) -> dict[tuple[int, int], list]:
     """(group id, k) -> what the k-th collective of each group shows over its members: [members,
-    bytes of the lowest rank's, earliest start, its rank (the lowest on a tie), latest start, its
-    rank (the lowest on a tie), its node, latest end]. Kept as it goes, not member by member: a
-    log's collectives are nearly every node (40 MB of tuples on benchmark 7's set)."""
+    bytes of the lowest rank's, earliest start, latest start, its rank (the lowest on a tie), its
+    node, latest end]. Kept as it goes, not member by member: a log's collectives are nearly
+    every node (40 MB of tuples on benchmark 7's set)."""
     from .model import NodeKind
 
     instances: dict[tuple[int, int], list] = {}
@@ -90,15 +90,15 @@ def _collective_instances(trace, timeline) -> dict[tuple[int, int], list]:
             start, end = st[i], en[i]
             instance = instances.get((gid, k))
             if instance is None:
-                instances[gid, k] = [1, node.size, start, r, start, r, node, end]
+                instances[gid, k] = [1, node.size, start, start, r, node, end]
                 continue
             instance[0] += 1
             if start < instance[2]:
-                instance[2], instance[3] = start, r
-            if start > instance[4]:
-                instance[4], instance[5], instance[6] = start, r, node
-            if end > instance[7]:
-                instance[7] = end
+                instance[2] = start
+            if start > instance[3]:
+                instance[3], instance[4], instance[5] = start, r, node
+            if end > instance[6]:
+                instance[6] = end
     return instances
 
 
@@ -119,7 +119,7 @@ def traffic_by_group(trace, timeline, instances: dict | None = None) -> dict[str
             row = per_group[gid] = [0, 0, 0]
         row[0] += 1
         row[1] += instance[1]
-        row[2] += instance[7] - instance[2]
+        row[2] += instance[6] - instance[2]
     labels = _labels(trace, instances)
     out: dict[str, dict[str, int]] = {}
     for gid in sorted(per_group, key=lambda gid: gid or 0):
@@ -136,11 +136,11 @@ def slowest_collectives(trace, timeline, limit: int = 5, instances: dict | None 
         instances = _collective_instances(trace, timeline)
     labels = _labels(trace, instances)
     # (-span, group, seq, instance) of every instance of two members or more; rows only for the slowest
-    spans = [(instance[2] - instance[7], labels[gid], k, instance)
+    spans = [(instance[2] - instance[6], labels[gid], k, instance)
              for (gid, k), instance in instances.items() if instance[0] >= 2]
     rows = []
     for negative_span, label, k, instance in heapq.nsmallest(limit, spans, key=itemgetter(0, 1, 2)):
-        _, _, first_start, _, last_start, last_rank, last, _ = instance
+        _, _, first_start, last_start, last_rank, last, _ = instance
         rows.append({
             "group": label, "seq": k, "name": last.name, "bytes": last.size, "span_ns": -negative_span,
             "last_rank": last_rank, "wait_ns": last_start - first_start, "source": last.source or "",
