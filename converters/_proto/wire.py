@@ -220,8 +220,8 @@ def in_per_rank_form(attr: WireAttr) -> bool:
 # the others Node.args (`KEPT_ARGS`): the fused exchange a send or a receive is half of (the
 # validator's overlaps), a receive's wait before its data came (`stats`' pipeline bubble). A set
 # it wrote from measured times gives them back (readers/chakra.py: decide_timing).
-MEASURED_FACTS = {"parent": "int64_val", "stream": "string_val", "fused": "string_val", "wait_ns": "int64_val"}
-KEPT_ARGS = ("fused", "wait_ns")
+KEPT_ARGS = {"fused": "string_val", "wait_ns": "int64_val"}
+MEASURED_FACTS = {"parent": "int64_val", "stream": "string_val", **KEPT_ARGS}
 
 
 # ---------------------------------------------------------------------------------------------
