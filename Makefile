@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: run test bench fuzz fuzz-ci lint proto samples-chakra clean astra-check
+.PHONY: run test bench fuzz fuzz-ci proto samples-chakra clean astra-check
 # The package's modules compiled ahead (only those changed since: quick). Under
 # PYTHONDONTWRITEBYTECODE=1, which some images set (this project's machine does), Python never
 # writes them itself, and every command compiled each module it imports again: 0.1 s of the
