@@ -9,6 +9,7 @@ error whichever route reads them.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from converters._proto import et_def_pb2 as pb
 from converters._proto.wire import FramingError, frames, node_head, varint
 from converters.diagnostics import InputError
-from converters.readers.chakra import NodeDecoder
+from converters.readers.chakra import NodeDecoder, leading_duration
 
 UINT64 = st.integers(0, (1 << 64) - 1)
 IDS = st.one_of(st.integers(0, 1 << 15), UINT64)
@@ -79,6 +80,48 @@ def test_a_message_read_by_its_head_gives_what_protobuf_gives(body):
     if fast is None:
         return  # protobuf reads it (and names what is wrong)
     assert (fast, decoder.noncanonical) == (expected, noncanonical)
+
+
+def with_other_duration(body: bytes, micros: int) -> bytes | None:
+    """The message with its tail's duration_micros set to `micros`; None without a head."""
+    head = node_head(body, {})
+    if head is None:
+        return None
+    tail = body[head[6]:]
+    _, rest_at = leading_duration(tail)
+    return body[:head[6]] + b"\x38" + varint(micros) + tail[rest_at:]
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(node_messages(), st.sampled_from([1, 6, 1 << 20, 1 << 62]))
+def test_a_tail_read_after_one_of_another_duration_gives_what_protobuf_gives(body, micros):
+    """The decoder decodes the rest of a tail once for all its durations (`NodeDecoder.rests`)."""
+    sibling = with_other_duration(body, micros)
+    if sibling is None:
+        return
+    decoder, reference = NodeDecoder(), NodeDecoder()  # (the sibling takes the first shape id in both)
+    decoder.recipe_by_head(sibling)
+    fast = decoder.recipe_by_head(body)
+    if fast is None:
+        return
+    with contextlib.suppress(InputError):
+        reference.recipe_by_protobuf(sibling, Path("w.0.et"), 7)
+    assert fast == reference.recipe_by_protobuf(body, Path("w.0.et"), 7)
+
+
+def test_tails_that_differ_in_their_duration_alone_are_decoded_once():
+    node = pb.Node(id=300, name="allreduce", type=7, start_time_micros=7, duration_micros=3,
+                   attr=[pb.AttributeProto(name="comm_type", int64_val=0), pb.AttributeProto(name="comm_size", uint64_val=64)])
+    decoder = NodeDecoder()
+    first = decoder.recipe_by_head(node.SerializeToString())
+    node.duration_micros = 700
+    second = decoder.recipe_by_head(node.SerializeToString())
+    assert len(decoder.tails) == 2 and len(decoder.rests) == 1
+    assert (first[0][3], second[0][3]) == (3000, 700_000)  # duration_ns
+    assert first[0][6:8] == second[0][6:8] == (0, 64)  # coll, size
+    assert second[0][-3] is first[0][-3]  # one attrs list, read-only
+    node.duration_micros = 0  # no duration field: no rest to share
+    assert decoder.recipe_by_head(node.SerializeToString())[0][3] == 0 and len(decoder.rests) == 1
 
 
 def test_plain_messages_take_the_head_route_and_odd_ones_do_not():

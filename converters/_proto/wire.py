@@ -235,7 +235,7 @@ MEASURED_FACTS = {"parent": "int64_val", "stream": "string_val", **KEPT_ARGS}
 _ID, _NAME_TAG, _TYPE, _CTRL_DEPS, _DATA_DEPS, _START = 0x08, 0x12, 0x18, 0x22, 0x2A, 0x30
 
 
-def _canonical_varint(b: bytes, pos: int) -> tuple[int, int]:
+def canonical_varint(b: bytes, pos: int) -> tuple[int, int]:
     """(value, position after) of a varint at `pos` in its shortest form, at most 9 bytes and
     not 0; ValueError otherwise (the caller then lets protobuf decode the message)."""
     x = b[pos]
@@ -275,7 +275,7 @@ def _packed(b: bytes, pos: int, known: dict[bytes, tuple[int, ...]]) -> tuple[tu
             values.append(x)
             pos += 1
         else:
-            value, pos = _canonical_varint(b, pos)
+            value, pos = canonical_varint(b, pos)
             values.append(value)
     if pos != end:
         raise ValueError("a varint runs past the field")
@@ -300,7 +300,7 @@ def node_head(b: bytes, known: dict[bytes, tuple[int, ...]]) -> Head | None:
             if 0x80 <= x and 0 < b[2] < 0x80:  # ids 128 .. 16383, the most common
                 node_id, pos = (x & 0x7F) | b[2] << 7, 3
             else:
-                node_id, pos = _canonical_varint(b, 1)
+                node_id, pos = canonical_varint(b, 1)
         if b[pos] == _NAME_TAG:
             length = b[pos + 1]
             if not 0 < length < 0x80:
@@ -320,7 +320,7 @@ def node_head(b: bytes, known: dict[bytes, tuple[int, ...]]) -> Head | None:
         if b[pos] == _DATA_DEPS:
             data_deps, pos = _packed(b, pos + 1, known)
         if b[pos] == _START:
-            start, pos = _canonical_varint(b, pos + 1)
+            start, pos = canonical_varint(b, pos + 1)
     except IndexError:  # the head ends the message
         if pos != len(b):
             return None
