@@ -111,7 +111,8 @@ def test_a_tail_read_after_one_of_another_duration_gives_what_protobuf_gives(bod
 
 def test_tails_that_differ_in_their_duration_alone_are_decoded_once():
     node = pb.Node(id=300, name="allreduce", type=7, start_time_micros=7, duration_micros=3,
-                   attr=[pb.AttributeProto(name="comm_type", int64_val=0), pb.AttributeProto(name="comm_size", uint64_val=64)])
+                   attr=[pb.AttributeProto(name="comm_type", int64_val=0),
+                         pb.AttributeProto(name="comm_size", uint64_val=64)])
     decoder = NodeDecoder()
     first = decoder.recipe_by_head(node.SerializeToString())
     node.duration_micros = 700
