@@ -1,15 +1,17 @@
 """Count the CPU instructions `et-convert stats` spends on an input, step by step: start-up
-(imports), reading it into the model, scheduling it. Counted by valgrind (`cachegrind`, no
-cache simulation), so the same code on the same input gives the same count to a few parts in
-a thousand, however busy the machine is: on a shared machine, where wall times of one command
-vary by 10-30%, this is how a change of 5% in the reader or the scheduler can be seen.
+(imports), reading it into the model, scheduling it (a measured input keeps its times), and then
+the validator's deadlock dry run, which every conversion's gate runs, on measured inputs too.
+Counted by valgrind (`cachegrind`, no cache simulation), so the same code on the same input
+gives the same count to a few parts in a thousand, however busy the machine is: on a shared
+machine, where wall times of one command vary by 10-30%, this is how a change of 5% in the
+reader or the scheduler can be seen.
 
     python benchmarks/instructions.py SET                    # this checkout
     python benchmarks/instructions.py SET --against ../old   # and another checkout, side by side
 
 Each step is a separate run of the program stopped after that step; a step's count is the
-difference from the previous one's. Valgrind makes Python about 40 times slower: the 16 files
-of benchmark 7's Chakra set (273,448 nodes) take about 2 minutes a checkout. Not run by
+difference from the previous one's. Valgrind makes Python about 40 times slower: benchmark 7's
+16 logs or their Chakra set (273,448 nodes) take 3 to 5 minutes a checkout. Not run by
 `make bench` (valgrind is not a dependency of the project: `apt-get install valgrind`).
 """
 
@@ -23,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-STEPS = ("start-up", "read", "schedule")
+STEPS = ("start-up", "read", "schedule", "dry-run")
 
 # Run under valgrind: `converters` from the checkout on PYTHONPATH, stopped after the step named.
 PROGRAM = """
@@ -39,8 +41,11 @@ step, inputs = sys.argv[1], [Path(p) for p in sys.argv[2:]]
 if step != "start-up":
     with paused_gc():  # as `stats` runs
         trace = api.read(inputs, "auto", Options(), Diagnostics())
-        if step == "schedule":
+        if step in ("schedule", "dry-run"):
             timeline_for(trace, Options())
+        if step == "dry-run":
+            from converters.scheduler import dry_run
+            dry_run(trace, Options())
         print(sum(len(rank.nodes) for rank in trace.ranks.values()))
 """
 
@@ -51,7 +56,9 @@ def instructions(checkout: Path, step: str, inputs: list[str]) -> tuple[int, int
     done = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
          sys.executable, "-c", PROGRAM, step, *inputs],
-        env=env, cwd=checkout, capture_output=True, text=True, check=True)
+        env=env, cwd=checkout, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{checkout}: the {step} step failed:\n{done.stderr[-2000:]}")
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if found is None:
         raise SystemExit(f"valgrind printed no instruction count:\n{done.stderr[-2000:]}")
@@ -73,9 +80,10 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "compileall", "-q", "converters"], cwd=checkout, check=True)
     counts: dict[Path, list[int]] = {}
     nodes = None
+    inputs = [str(Path(p).resolve()) for p in found.inputs]  # (each checkout runs in its own folder)
     for step in STEPS:  # checkouts alternating: a long run drifts alike for both
         for checkout in checkouts:
-            count, read = instructions(checkout, step, found.inputs)
+            count, read = instructions(checkout, step, inputs)
             counts.setdefault(checkout, []).append(count)
             nodes = nodes or read
     print(f"{nodes:,} nodes; instructions per step (millions), and per node")
