@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from converters._proto import et_def_pb2 as pb
-from converters._proto.wire import FramingError, frames, node_head, varint
+from converters._proto.wire import FramingError, frames, leading_duration, node_head, varint
 from converters.diagnostics import InputError
-from converters.readers.chakra import NodeDecoder, leading_duration
+from converters.readers.chakra import NodeDecoder
 
 UINT64 = st.integers(0, (1 << 64) - 1)
 IDS = st.one_of(st.integers(0, 1 << 15), UINT64)

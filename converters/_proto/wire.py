@@ -233,9 +233,10 @@ MEASURED_FACTS = {"parent": "int64_val", "stream": "string_val", **KEPT_ARGS}
 # here and the tail once per distinct tail (with protobuf) avoids decoding every node.
 
 _ID, _NAME_TAG, _TYPE, _CTRL_DEPS, _DATA_DEPS, _START = 0x08, 0x12, 0x18, 0x22, 0x2A, 0x30
+_DURATION = 0x38  # the tail's first field, duration_micros
 
 
-def canonical_varint(b: bytes, pos: int) -> tuple[int, int]:
+def _canonical_varint(b: bytes, pos: int) -> tuple[int, int]:
     """(value, position after) of a varint at `pos` in its shortest form, at most 9 bytes and
     not 0; ValueError otherwise (the caller then lets protobuf decode the message)."""
     x = b[pos]
@@ -275,7 +276,7 @@ def _packed(b: bytes, pos: int, known: dict[bytes, tuple[int, ...]]) -> tuple[tu
             values.append(x)
             pos += 1
         else:
-            value, pos = canonical_varint(b, pos)
+            value, pos = _canonical_varint(b, pos)
             values.append(value)
     if pos != end:
         raise ValueError("a varint runs past the field")
@@ -300,7 +301,7 @@ def node_head(b: bytes, known: dict[bytes, tuple[int, ...]]) -> Head | None:
             if 0x80 <= x and 0 < b[2] < 0x80:  # ids 128 .. 16383, the most common
                 node_id, pos = (x & 0x7F) | b[2] << 7, 3
             else:
-                node_id, pos = canonical_varint(b, 1)
+                node_id, pos = _canonical_varint(b, 1)
         if b[pos] == _NAME_TAG:
             length = b[pos + 1]
             if not 0 < length < 0x80:
@@ -320,10 +321,21 @@ def node_head(b: bytes, known: dict[bytes, tuple[int, ...]]) -> Head | None:
         if b[pos] == _DATA_DEPS:
             data_deps, pos = _packed(b, pos + 1, known)
         if b[pos] == _START:
-            start, pos = canonical_varint(b, pos + 1)
+            start, pos = _canonical_varint(b, pos + 1)
     except IndexError:  # the head ends the message
         if pos != len(b):
             return None
     except ValueError:  # UnicodeDecodeError too
         return None
     return node_id, name, node_type, ctrl_deps, data_deps, start, pos
+
+
+def leading_duration(tail: bytes) -> tuple[int, int]:
+    """(duration_micros, where the rest starts) of a tail that opens with its duration_micros as
+    protobuf writes it; (0, 0) otherwise."""
+    try:
+        if tail[0] == _DURATION:
+            return _canonical_varint(tail, 1)
+    except (ValueError, IndexError):
+        pass
+    return 0, 0

@@ -39,8 +39,8 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from .._proto import et_def_pb2 as pb
 from .._proto.wire import (
-    KEPT_ARGS, MEASURED_FACTS, PER_RANK_FIELD, FramingError, attr_from_proto, attr_to_proto, canonical_varint, frames,
-    in_per_rank_form, node_head, per_rank_field, per_rank_role,
+    KEPT_ARGS, MEASURED_FACTS, PER_RANK_FIELD, FramingError, attr_from_proto, attr_to_proto, frames,
+    in_per_rank_form, leading_duration, node_head, per_rank_field, per_rank_role,
 )
 from ..diagnostics import Diagnostics, InputError
 from ..gc_pause import paused_gc
@@ -722,20 +722,6 @@ assert list(_NODE_DEFAULTS) == [
     "stream", "parent", "microbatch", "source", "args", "attrs", "inputs", "outputs",
 ] and [name for name, _ in _MADE_PER_NODE] == ["args"]
 _ARGS_AFTER_START = list(_NODE_DEFAULTS).index("args") - _START_AT - 1
-
-
-def leading_duration(tail: bytes) -> tuple[int, int]:
-    """(duration_micros, where the rest starts) of a tail that opens with its duration_micros as
-    protobuf writes it; (0, 0) otherwise."""
-    if tail[:1] != _DURATION_TAG:
-        return 0, 0
-    try:
-        return canonical_varint(tail, 1)
-    except (ValueError, IndexError):
-        return 0, 0
-
-
-_DURATION_TAG = b"\x38"  # field 7, duration_micros, a varint
 
 
 def with_duration(tail: tuple, micros: int) -> tuple:
