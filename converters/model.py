@@ -65,17 +65,29 @@ class SharedArgs(dict):
         return SharedArgs, (dict(self),)
 
 
-class _NoDeps(list):
-    """The empty, read-only `ctrl_deps` that many nodes share (a log's hundreds of thousands of
-    sub-operations: one empty list each held 16 MB of benchmark 7's 156); also the empty `deps`
-    of a communication skeleton's nodes (`rank_files.Skeleton`). Like SharedArgs: to change a
-    node's, give it its own list."""
+class SharedDeps(list):
+    """Dependencies that many nodes share, read-only: the skeletons of ranks of one role
+    (`rank_files.Skeleton`) give their nodes of equal dependencies one list. Like SharedArgs: to
+    change a node's, give it its own list."""
+
+    __slots__ = ()
 
     def _refuse(self, *args, **kwargs):
-        raise TypeError("this empty list of dependencies is shared by many nodes; give the node its own list to change it")
+        raise TypeError("this list of dependencies is shared by many nodes; give the node its own list to change it")
 
     append = extend = insert = remove = pop = clear = sort = reverse = _refuse
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce__(self):
+        return SharedDeps, (list(self),)
+
+
+class _NoDeps(SharedDeps):
+    """The empty, read-only `ctrl_deps` that many nodes share (a log's hundreds of thousands of
+    sub-operations: one empty list each held 16 MB of benchmark 7's 156); also the empty `deps`
+    of a communication skeleton's nodes."""
+
+    __slots__ = ()
 
     def __reduce__(self):  # unpickles as the one shared instance
         return "NO_CTRL_DEPS"

@@ -161,6 +161,44 @@ def test_the_skeleton_keeps_comm_nodes_and_their_waits_through_compute():
         (4, NodeKind.SEND, None, [1], 1, 0, 8), (5, NodeKind.RECV, None, [1], 1, 1, 8)]
 
 
+def test_skeletons_of_ranks_of_one_role_share_ids_and_dependencies_in_the_client():
+    # ranks of one role differ in times, not in structure: their skeleton nodes share each id
+    # and each list of dependencies (one object, read-only), and still equal what was sent
+    import pickle
+
+    from converters.model import SharedDeps
+
+    def rank(r: int, offset: int) -> Rank:
+        return Rank(r, nodes=[
+            Node(1000, "ar", NodeKind.COLLECTIVE, duration_ns=5 + offset, coll=CollType.ALL_REDUCE, size=4096, start_ns=offset),
+            Node(1001, "s", NodeKind.SEND, duration_ns=7, deps=[1000], peer=1, tag=0, size=4096, start_ns=9 + offset),
+            Node(1002, "ag", NodeKind.COLLECTIVE, deps=[1000, 1001], coll=CollType.ALL_GATHER, size=4096, start_ns=20 + offset)])
+
+    shared = rank_files.SharedValues()
+    a, b = (from_skeleton(RankFacts(Rank(r), pickle.loads(pickle.dumps(skeleton(rank(r, 3 * r)))), True, 0, ""), shared).nodes
+            for r in (0, 1))
+    assert [(n.id, n.deps, n.duration_ns, n.start_ns) for n in b] == [
+        (1000, [], 8, 3), (1001, [1000], 7, 12), (1002, [1000, 1001], 0, 23)]
+    assert all(x.id is y.id and x.deps is y.deps and x.size is y.size for x, y in zip(a, b))
+    assert b[1].deps[0] is b[0].id  # a dependency is the id object it names
+    assert all(type(n.deps) is SharedDeps for n in b[1:])
+    with pytest.raises(TypeError, match="shared by many nodes"):
+        b[2].deps.append(5)
+    assert pickle.loads(pickle.dumps(b[2].deps)) == [1000, 1001]
+    assert type(pickle.loads(pickle.dumps(b[2].deps))) is SharedDeps
+
+
+def test_positions_are_one_object_each_whatever_list_holds_them():
+    from converters.positions import positions
+
+    assert positions(0) == [] and positions(3) == [0, 1, 2]
+    long, longer = positions(1000), positions(5000)
+    assert longer == list(range(5000))
+    assert all(x is y for x, y in zip(long, longer))
+    long.append(7)  # each list is the caller's own
+    assert len(positions(1000)) == 1000
+
+
 COMM = st.sampled_from([NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV])
 MAYBE_INT = st.one_of(st.none(), st.integers(-200, 300), st.just(-128), st.integers(1 << 62, 1 << 70))
 

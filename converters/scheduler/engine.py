@@ -50,6 +50,7 @@ from typing import Any
 
 from ..diagnostics import InputError
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
+from ..positions import positions
 from .deadlock import MAX_CHAIN, Deadlock, Wait, wait_chain
 from .network import Network, ring_distance, ring_hops
 from .quotient import WORLD, Quotient
@@ -89,7 +90,7 @@ IS_COLL_OR_SEND = _table(lambda t: t in (T_COLL, T_SEND))  # T_* -> 1 for nodes 
 
 def indices(types: bytes, table: bytes) -> list[int]:
     """Positions whose type the table maps to 1."""
-    return list(compress(range(len(types)), types.translate(table)))
+    return list(compress(positions(len(types)), types.translate(table)))
 
 
 _DONE_BYTES = bytes([S_DONE]) * 256  # slices of it mark a run's nodes done
@@ -170,7 +171,7 @@ class Program:
         more: dict[int, list[int]] = {}
         ndeps = [0] * count
         missing: dict[int, list[int]] = {}  # node index -> dep ids that do not exist
-        for i, deps in enumerate(deps_of):
+        for i, deps in zip(positions(count), deps_of):  # positions: next_of's ints shared, not made per node
             if not deps:
                 continue
             if len(deps) == 1 and contiguous:
@@ -205,10 +206,10 @@ class Program:
         # Issue order: ascending node id (ties: position), as ASTRA-sim's feeder does.
         self.ascending = contiguous or all(a < b for a, b in zip(ids, ids[1:]))
         if self.ascending:
-            self.by_prio = list(range(count))
+            self.by_prio = positions(count)
             self.prio = self.by_prio
         else:
-            self.by_prio = sorted(range(count), key=lambda i: (ids[i], i))
+            self.by_prio = sorted(positions(count), key=lambda i: (ids[i], i))
             self.prio = [0] * count
             for p, i in enumerate(self.by_prio):
                 self.prio[i] = p

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..model import ExecutionTrace, Node, NodeKind, Rank
 from ..options import Options
+from ..positions import positions
 from ..ranks import parse_rank_list
 from .findings import Finding, format_ranks, group_ref, node_ref
 
@@ -173,10 +174,10 @@ def _index_comm(entry: SharedList) -> None:
     in_id_order = all(map(operator.lt, ids, islice(ids, 1, None)))
     entry.ids, entry.in_id_order = ids, in_id_order
     if not in_id_order:
-        order = sorted(range(len(nodes)), key=lambda i: (ids[i], i))
+        order = sorted(positions(len(nodes)), key=lambda i: (ids[i], i))
         kinds = [kinds[i] for i in order]
     else:
-        order = range(len(nodes))
+        order = positions(len(nodes))  # the same int objects in every list of positions
     # a pass in C per kind (compared by value, as a dict lookup would): no step per node in Python
     entry.sends, entry.recvs, entry.colls = (list(compress(order, map(operator.eq, kinds, repeat(kind))))
                                              for kind in (NodeKind.SEND, NodeKind.RECV, NodeKind.COLLECTIVE))
