@@ -13,6 +13,7 @@ of trace per CPU second, peak RSS of the largest process.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -92,11 +93,7 @@ def measured(command: list[str]) -> tuple[float, float, int]:
 
 
 def have_dask() -> bool:
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("distributed") is not None
 
 
 def main(argv: list[str]) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import importlib.util
 import json
 import os
 import re
@@ -232,10 +233,9 @@ def bench_measured_set(work: Path, runs: int) -> None:
     # With workers (the default for timelines of a set this big, --jobs 2, a Dask cluster), they
     # read their files and write their ranks (a Chakra set's rank files, a timeline's processes);
     # the client and the workers are measured apart.
-    try:
-        import distributed  # noqa: F401
+    if importlib.util.find_spec("distributed") is not None:
         clusters = ["--cluster local:1", "--cluster local:2"]  # the cluster's start (about 2 s) is included
-    except ImportError:
+    else:
         print("   Dask: not installed (pip install 'et-convert[cluster]'); 1 vs 2 workers skipped")
         clusters = []
     outputs = {"json": ["-o", work / "set46.json"], "pftrace": ["-o", work / "set46.pftrace"],

@@ -285,7 +285,7 @@ def test_a_wrong_type_in_the_writer_layout_names_its_json_path(tmp_path):
 def test_a_dump_with_validation_errors_is_restored_only_with_force(tmp_path):
     from validate_cases import find, pipeline_model
 
-    from converters.writers import chakra, et_json
+    from converters.writers import chakra
 
     trace = pipeline_model(tp=2, dp=1, pp=1, microbatches=1)
     find(trace, 1, "tp all_reduce fwd mb0").size = 123
