@@ -200,8 +200,8 @@ def convert(
     An unusable output name or option value, or an output that would replace an input, fails
     before any reading. A Chakra set from per-rank logs or profiler traces with `jobs` > 1 or `cluster` is written
     by the workers (`converters/rank_files.py`): the model returned then holds each rank's
-    communication skeleton (its sends, receives and collectives, with only the args the
-    cross-rank checks read, read-only), not its compute. A timeline
+    communication skeleton (its sends, receives and collectives as `model.SkeletonNode`s, with
+    only the args the cross-rank checks read, read-only), not its compute. A timeline
     of per-rank logs or profiler traces with `jobs` > 1 or `cluster`, or of 32 MB of them or
     more, is drawn by the workers (`converters/rank_timelines.py`): the model returned then
     holds the ranks without their nodes.

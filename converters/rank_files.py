@@ -38,7 +38,8 @@ from . import progress
 from .builders import per_rank
 from .builders.one_rank import demote_in_rank, record_demoted, warn_if_kept
 from .diagnostics import Diagnostics
-from .model import COMM_KINDS, NO_CTRL_DEPS, CollType, ExecutionTrace, Node, NodeKind, Rank, SharedArgs, SharedDeps
+from .model import (COMM_KINDS, NO_CTRL_DEPS, CollType, ExecutionTrace, Node, NodeKind, Rank, SharedArgs, SharedDeps,
+                    SkeletonNode)
 from .options import Options
 from .validate import warn_partial_set
 from .validate.findings import ERROR, WARNING, Finding
@@ -278,9 +279,9 @@ class Skeleton:
             self.tables.append(table)
             self.indices.append(_int_column(map({value: i for i, value in enumerate(table)}.__getitem__, column)))
 
-    def nodes(self, shared: "SharedValues | None" = None) -> list[Node]:
-        """The nodes again (no sources, attributes or IO info: the checks here read none of
-        them). Equal values are one object each (ints, args as read-only `SharedArgs`, empty
+    def nodes(self, shared: "SharedValues | None" = None) -> list[SkeletonNode]:
+        """The nodes again, as `SkeletonNode`s (no sources, attributes or IO info: the checks
+        here read none of them). Equal values are one object each (ints, args as read-only `SharedArgs`, empty
         deps and ctrl_deps as the read-only `NO_CTRL_DEPS`): the nodes are for reading. With
         `shared`, ids (those of dependencies and parents too), sizes and equal dependencies
         (read-only `SharedDeps`) are one object each across the skeletons that use it."""
@@ -298,8 +299,8 @@ class Skeleton:
         names, streams, args = ([table[i] for i in index]
                                 for table, index in zip((name_table, stream_table, args_table), self.indices))
         return [
-            Node(id, name, KINDS[kind], duration, dep, NO_CTRL_DEPS, COLLS[coll], size, group, peer, tag, start, stream, parent,
-                 microbatch, None, arg)
+            SkeletonNode(id, name, KINDS[kind], duration, dep, COLLS[coll], size, group, peer, tag, start, stream, parent,
+                         microbatch, arg)
             for id, kind, duration, coll, size, group, peer, tag, start, parent, microbatch, dep, name, stream, arg
             in zip(ids, kinds, durations, colls, sizes, groups, peers, tags, starts, parents, microbatches, deps,
                    names, streams, args)

@@ -165,8 +165,9 @@ def test_skeletons_of_ranks_of_one_role_share_ids_and_dependencies_in_the_client
     # ranks of one role differ in times, not in structure: their skeleton nodes share each id
     # and each list of dependencies (one object, read-only), and still equal what was sent
     import pickle
+    import sys
 
-    from converters.model import SharedDeps
+    from converters.model import SharedDeps, SkeletonNode
 
     def rank(r: int, offset: int) -> Rank:
         return Rank(r, nodes=[
@@ -182,6 +183,10 @@ def test_skeletons_of_ranks_of_one_role_share_ids_and_dependencies_in_the_client
     assert all(x.id is y.id and x.deps is y.deps and x.size is y.size for x, y in zip(a, b))
     assert b[1].deps[0] is b[0].id  # a dependency is the id object it names
     assert all(type(n.deps) is SharedDeps for n in b[1:])
+    # a skeleton node has no slots for what it never holds: 40 bytes less than a Node
+    assert type(b[0]) is SkeletonNode and (b[0].ctrl_deps, b[0].source, b[0].attrs) == ([], None, None)
+    assert sys.getsizeof(b[0]) + 40 <= sys.getsizeof(Node(0, "", NodeKind.SEND))
+    assert replace(b[0], kind=NodeKind.RECV).kind is NodeKind.RECV  # the deadlock check's stand-ins
     with pytest.raises(TypeError, match="shared by many nodes"):
         b[2].deps.append(5)
     assert pickle.loads(pickle.dumps(b[2].deps)) == [1000, 1001]
