@@ -341,6 +341,9 @@ def test_a_format_that_reads_its_files_again_keeps_a_share_of_the_memory():
     assert per_rank.hold_budget(megatron.MEGATRON, 16 * gib) == per_rank.HOLD_BYTES_PER_WORKER  # builds from records
     assert per_rank.hold_budget(kineto.KINETO, 16 * gib) == 2 * gib  # profiler traces: an eighth
     assert per_rank.hold_budget(kineto.KINETO, 0) == per_rank.HOLD_BYTES_PER_WORKER  # memory unknown
+    # short of memory, a worker of logs keeps none of its files: it builds each rank again per step
+    assert per_rank.hold_budget(megatron.MEGATRON, 16 * gib, short=True) == 0
+    assert per_rank.hold_budget(kineto.KINETO, 16 * gib, short=True) == 2 * gib  # its budget is already a share
     assert per_rank.available_memory() > 0
 
 
@@ -449,13 +452,16 @@ def test_a_cluster_lets_go_of_a_share_when_its_workers_memory_is_short_not_this_
     units = [per_rank.Unit(log, (0, 2)), per_rank.Unit(log, (1, 2))]
     monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 400)  # 2 workers: 800 bytes hold the first share
     dask = SimpleNamespace(fmt=megatron.MEGATRON, paths=[log, log])
-    for client, worker, held in ((11_000, 1 << 30, [True, True]), (1 << 30, 11_000, [True, False])):
+    # short of memory, a worker of logs keeps none: both shares let go of (`hold_budget`)
+    for client, worker, held in ((11_000, 1 << 30, [True, True]), (1 << 30, 11_000, [False, False])):
         monkeypatch.setattr(per_rank, "available_memory", lambda: client)
         workers = [{"memory_limit": worker}, {"memory_limit": worker}]
         assert cluster.DaskWorkers._hold(dask, units, workers, True) == held
     # a cluster whose workers say no limit: this machine's memory decides, as before
     monkeypatch.setattr(per_rank, "available_memory", lambda: 11_000)
-    assert cluster.DaskWorkers._hold(dask, units, [{"memory_limit": 0}] * 2, True) == [True, False]
+    assert cluster.DaskWorkers._hold(dask, units, [{"memory_limit": 0}] * 2, True) == [False, False]
+    monkeypatch.setattr(per_rank, "available_memory", lambda: 1 << 30)
+    assert cluster.DaskWorkers._hold(dask, units, [{"memory_limit": 0}] * 2, True) == [True, True]
 
 
 class _Watched:
@@ -483,3 +489,17 @@ def test_a_worker_does_not_hold_a_result_it_has_sent(tmp_path):
         workers.keep_parts(Diagnostics())
         assert all(isinstance(result, _Watched) for result in workers.step(_send_watched, None, "sending"))
         assert workers.step(_results_still_held, None, "looking") == [0] * 8
+
+
+def _let_go_of(fmt, options, kept, _):
+    return kept, isinstance(kept, per_rank.LetGo)
+
+
+@pytest.mark.parametrize("memory, let_go", [(1 << 40, False), (1000, True)], ids=["plenty", "short"])
+def test_short_of_memory_the_workers_of_logs_keep_none_of_their_files(tmp_path, monkeypatch, memory, let_go):
+    # each file is small beside the 32 MB a worker keeps; short of memory (here the machine's,
+    # as under --memory) each is let go of and built again for each step, its output the same
+    monkeypatch.setattr(per_rank, "available_memory", lambda: memory)
+    with per_rank.start_workers(megatron.MEGATRON, clean_logs(tmp_path), Options(jobs=2), streaming=True) as workers:
+        workers.keep_parts(Diagnostics())
+        assert workers.step(_let_go_of, None, "looking") == [let_go] * 8

@@ -47,9 +47,10 @@ class DaskWorkers(per_rank.Workers):
         if not streaming:
             return [True] * len(units)
         memory = min((worker.get("memory_limit") or 0 for worker in workers), default=0)  # 0: no limit known
-        budget = per_rank.hold_budget(self.fmt, memory)
-        # a share is let go of alone when a worker's memory (not this machine's) would be short
-        alone = per_rank.let_go_alone(units, list(dict.fromkeys(self.paths)), memory or None)
+        # files, and shares let go of alone, when a worker's memory (not this machine's) would be short
+        paths = list(dict.fromkeys(self.paths))
+        budget = per_rank.hold_budget(self.fmt, memory, per_rank.too_big_for_one_process(paths, memory or None))
+        alone = per_rank.let_go_alone(units, paths, memory or None)
         return per_rank.files_to_hold([per_rank.unit_bytes(unit) for unit in units], budget * max(1, len(workers)),
                                       alone)
 
