@@ -259,7 +259,8 @@ TIMELINE_WORKERS_MIN_BYTES = 32 << 20
 def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Path, options: Options):
     """(input format name, per-rank format, output format name, options) when workers write a
     Chakra set's rank files or draw a timeline's ranks, or None. The options returned carry the
-    default --jobs of a big timeline, or Chakra set where the format asks (`TIMELINE_WORKERS_MIN_BYTES`)."""
+    default --jobs of a big timeline, or Chakra set where the format asks or memory is short
+    (`TIMELINE_WORKERS_MIN_BYTES`, `per_rank.chakra_by_workers_for_memory`)."""
     written = output_format(to, output).name
     if written not in WRITTEN_BY_WORKERS:
         return None
@@ -272,7 +273,8 @@ def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Pat
     found = getattr(importlib.import_module(input_format(name).load.partition(":")[0]), "PER_RANK_FORMAT", None)
     if found is None or not found.parts_stay_with_workers:
         return None
-    if big and (written != "chakra" or found.chakra_by_workers_when_big):
+    if big and (written != "chakra" or found.chakra_by_workers_when_big
+                or per_rank.chakra_by_workers_for_memory(paths, options)):
         options = replace(options, jobs=os.cpu_count() or 1)
     if not options.cluster and per_rank.reading_jobs(options) < 2:
         return None

@@ -163,6 +163,17 @@ def too_big_for_one_process(paths: list[Path], memory: int | None = None) -> boo
     return 0 < memory < 2 * _bytes_of(paths) * ONE_FILE_MEMORY_PER_BYTE
 
 
+def chakra_by_workers_for_memory(paths: list[Path], options: Options) -> bool:
+    """Whether a Chakra set of these per-rank files is better written by the workers because
+    memory is short (`too_big_for_one_process`, with what the job and --memory leave): the
+    client then holds the communication skeletons and each worker one rank at a time. One
+    process would hold every node and write alone, its writers kept from forking (benchmark 8,
+    16 logs, with --memory 550M: 636 MB and 21.9 s in one process, 529 MB and about 18 s through
+    the workers). A single file of many ranks stays in one process (benchmark 6 with --memory
+    387M: 411 MB there, 433 MB through the workers, who each read the whole file)."""
+    return len(set(paths)) > 1 and too_big_for_one_process(paths, under_limit(available_memory(), memory_bytes(options)))
+
+
 def reading_jobs(options: Options) -> int:
     """--jobs for reading; 1 (this process) unless asked."""
     if options.jobs is None or "fork" not in multiprocessing.get_all_start_methods():
