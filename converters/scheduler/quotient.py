@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import compress
-from operator import lt
+from operator import attrgetter, lt
 from typing import Any
 
 from ..model import ExecutionTrace, NodeKind, Rank
@@ -292,14 +292,14 @@ def _merge_equal_programs(lists: list[list[Rank]]) -> list[list[Rank]]:
     by_head: dict[tuple, list[list[Rank]]] = {}
     for members in lists:
         nodes = members[0].nodes
-        by_head.setdefault((len(nodes), tuple([n.duration_ns for n in nodes[:_HEAD]])), []).append(members)
+        by_head.setdefault((len(nodes), tuple(map(_DURATION, nodes[:_HEAD]))), []).append(members)
     for alike in by_head.values():
         if len(alike) == 1:
             merged.extend(alike)
             continue
         by_durations: dict[tuple, list[list[Rank]]] = {}
         for members in alike:
-            by_durations.setdefault(tuple([n.duration_ns for n in members[0].nodes]), []).append(members)
+            by_durations.setdefault(tuple(map(_DURATION, members[0].nodes)), []).append(members)
         for candidates in by_durations.values():
             if len(candidates) == 1:
                 merged.extend(candidates)
@@ -312,44 +312,53 @@ _HEAD = 32  # nodes whose durations make the first bucket
 
 
 def _merge_equal_columns(candidates: list[list[Rank]], merged: list[list[Rank]]) -> None:
-    """Append to `merged` the candidates (equal in length and durations) merged by equal columns."""
-    kept: list[tuple[tuple, list[Rank]]] = []
+    """Append to `merged` the candidates (equal in length and durations) merged by equal columns.
+    Programs whose ids start alike compare their columns as they are; others with their ids
+    taken relative to the first one (`_rebased`: a step per node and dependency)."""
+    kept: list[tuple[Any, tuple, list[Rank]]] = []
     for members in candidates:
-        columns = _columns(members[0].nodes)
-        for target_columns, target in kept:
-            if target_columns == columns:
+        base, columns = _columns(members[0].nodes)
+        for target_base, target_columns, target in kept:
+            if (target_columns == columns if target_base == base
+                    else _rebased(target_base, target_columns) == _rebased(base, columns)):
                 target.extend(members)
                 break
         else:
-            kept.append((columns, members))
+            kept.append((base, columns, members))
             merged.append(members)
 
 
+def _columns(nodes) -> tuple[Any, tuple]:
+    """(the first id, what decides a program's timing besides the durations (the caller compares
+    those), column by column); (None, a column only this list matches) when the ids are not
+    ascending. A list of dependency lists compares as the flat list and the lengths did."""
+    ids = list(map(_ID, nodes))
+    if not all(map(lt, ids, ids[1:])):
+        return None, (id(nodes),)
+    deps = list(map(_DEPS, nodes))
+    # A tuple of deps does not equal the list it holds; lists of any kind (the shared, read-only
+    # ones of logs and skeletons) do, and are compared as they are.
+    if not all(issubclass(kind, list) for kind in set(map(type, deps))):
+        deps = [list(dl) for dl in deps]
+    columns = (ids, list(map(_KIND, nodes)), deps, list(map(_SIZE, nodes)), list(map(_COLL, nodes)), list(map(_TAG, nodes)))
+    return (ids[0] if ids else 0), columns  # NodeKind members compare as their values
 
 
-def _columns(nodes) -> tuple:
-    """What decides a program's timing besides the durations (the caller compares those), column
-    by column, with node ids taken relative to the first one (None when the ids are not
-    ascending: such programs only match themselves). A list of dependency lists compares as
-    the flat list and the lengths did."""
-    ids = [n.id for n in nodes]
-    base = ids[0] if ids else 0
-    ascending = all(map(lt, ids, ids[1:]))
-    if not ascending:
-        return (id(nodes), None)
+def _rebased(base, columns: tuple) -> tuple:
+    """`_columns`' columns with node ids taken relative to `base` (sets written with one id
+    counter for all ranks number each rank's nodes from where the last rank's ended)."""
+    if base is None:
+        return columns
+    ids, kinds, deps, *rest = columns
     # Ascending and spanning len - 1: the ids are base, base + 1, ... (one id counter per rank).
     contiguous = not ids or ids[-1] - base == len(ids) - 1
-    deps = [n.deps for n in nodes]
-    if not set(map(type, deps)) <= {list}:  # a tuple of deps equals the list it holds
-        deps = [list(dl) for dl in deps]
-    return (
-        range(len(ids)) if contiguous else [i - base for i in ids],
-        [n.kind for n in nodes],  # NodeKind members compare as their values
-        deps if base == 0 else [[d - base for d in dl] for dl in deps],
-        [n.size for n in nodes],
-        [n.coll for n in nodes],
-        [n.tag for n in nodes],
-    )
+    relative = range(len(ids)) if contiguous else [i - base for i in ids]
+    return (relative, kinds, [[d - base for d in dl] for dl in deps] if base else deps, *rest)
+
+
+# The columns read in C (one pass each), not by a comprehension's step per node.
+_ID, _DEPS, _KIND, _SIZE, _COLL, _TAG, _DURATION = (
+    attrgetter(name) for name in ("id", "deps", "kind", "size", "coll", "tag", "duration_ns"))
 
 
 def _zip_views(rank: Rank, colls: list[int], rep_groups: list, p2ps: list[int], rep_peers: list[tuple]):
