@@ -198,8 +198,9 @@ def convert(
     """Read `inputs` and write `output` in one call; returns the model that was written.
 
     An unusable output name or option value, or an output that would replace an input, fails
-    before any reading. A Chakra set from per-rank logs or profiler traces with `jobs` > 1 or `cluster` is written
-    by the workers (`converters/rank_files.py`): the model returned then holds each rank's
+    before any reading. A Chakra set from per-rank logs or profiler traces with `jobs` > 1 or
+    `cluster`, or of 32 MB of them or more, is written by the workers
+    (`converters/rank_files.py`): the model returned then holds each rank's
     communication skeleton (its sends, receives and collectives as `model.SkeletonNode`s, with
     only the args the cross-rank checks read, read-only), not its compute. A timeline
     of per-rank logs or profiler traces with `jobs` > 1 or `cluster`, or of 32 MB of them or
@@ -248,19 +249,19 @@ def _convert(paths: list[Path], output: str | Path, to: str | None, fmt: str, op
 # Outputs the workers (--jobs, --cluster) of per-rank inputs write where the ranks are.
 WRITTEN_BY_WORKERS = ("chakra", "chrome", "perfetto")
 # Without --jobs, per-rank files of at least this many bytes in all (or one log of several ranks,
-# which they share) are drawn into a timeline by one worker per core: the files are read in
-# parallel and no process holds every rank (benchmark 7, 46 MB: 1.9 -> 1.8 s and 217 -> 141 MB
-# for the biggest process). A Chakra set only where the format says so
-# (`PerRankFormat.chakra_by_workers_when_big`: profiler traces); for logs checking it across the
-# workers costs more than their reading saves.
-TIMELINE_WORKERS_MIN_BYTES = 32 << 20
+# which they share) are read and written by one worker per core, so that no process holds every
+# rank. A timeline: benchmark 7, 46 MB: 1.9 -> 1.8 s and 217 -> 141 MB for the biggest process.
+# A Chakra set, where the client checks the ranks' communication skeletons across ranks while the
+# workers write their files (2026-11-28, processes together, PSS): benchmark 7 381 -> 246 MB
+# (5.3 -> 5.5 s), benchmark 8 1,430 -> 615 MB (23.1 -> 24.4 s), benchmark 6 840 -> 567 MB
+# (17.0 -> 15.7 s); profiler traces 2 x 105 MB 10.9 -> 8.3 s.
+WORKERS_MIN_BYTES = 32 << 20
 
 
 def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Path, options: Options):
     """(input format name, per-rank format, output format name, options) when workers write a
     Chakra set's rank files or draw a timeline's ranks, or None. The options returned carry the
-    default --jobs of a big timeline, or Chakra set where the format asks or memory is short
-    (`TIMELINE_WORKERS_MIN_BYTES`, `per_rank.chakra_by_workers_for_memory`)."""
+    default --jobs of a big input (`WORKERS_MIN_BYTES`)."""
     written = output_format(to, output).name
     if written not in WRITTEN_BY_WORKERS:
         return None
@@ -273,8 +274,7 @@ def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Pat
     found = getattr(importlib.import_module(input_format(name).load.partition(":")[0]), "PER_RANK_FORMAT", None)
     if found is None or not found.parts_stay_with_workers:
         return None
-    if big and (written != "chakra" or found.chakra_by_workers_when_big
-                or per_rank.chakra_by_workers_for_memory(paths, options)):
+    if big:
         options = replace(options, jobs=os.cpu_count() or 1)
     if not options.cluster and per_rank.reading_jobs(options) < 2:
         return None
@@ -284,13 +284,13 @@ def _written_by_workers(paths: list[Path], fmt: str, to: str | None, output: Pat
 
 
 def _big_input(paths: list[Path]) -> bool:
-    """TIMELINE_WORKERS_MIN_BYTES or more of input in all (one file of several ranks is then
+    """WORKERS_MIN_BYTES or more of input in all (one file of several ranks is then
     shared by the workers: `per_rank.units_of`)."""
     total = 0
     for path in paths:
         with contextlib.suppress(OSError):  # the reader reports an unreadable file itself
             total += path.stat().st_size
-    return total >= TIMELINE_WORKERS_MIN_BYTES
+    return total >= WORKERS_MIN_BYTES
 
 
 def simulate(

@@ -1,4 +1,4 @@
-"""A Chakra set from per-rank inputs, written where the ranks were built (--jobs, --cluster).
+"""A Chakra set from per-rank inputs, written where the ranks were built (--jobs, --cluster, or 32 MB of input).
 
 The workers (`builders/per_rank.py`) build their files' ranks and keep them (or build them again
 for each step, past a budget: `per_rank.LetGo`); this process joins

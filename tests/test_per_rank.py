@@ -506,17 +506,17 @@ def test_short_of_memory_the_workers_of_logs_keep_none_of_their_files(tmp_path, 
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the workers route needs 2 cores without --jobs")
-def test_a_big_set_of_logs_goes_to_chakra_through_the_workers_when_memory_is_short(tmp_path, monkeypatch):
+def test_a_big_set_of_logs_goes_to_chakra_through_the_workers_without_jobs(tmp_path, monkeypatch):
     # one process would hold every node; the workers route holds skeletons and one rank at a time
     from converters import api
     from converters.model import Node, SkeletonNode
 
     paths = clean_logs(tmp_path)
-    monkeypatch.setattr(api, "TIMELINE_WORKERS_MIN_BYTES", sum(p.stat().st_size for p in paths))
+    size = sum(p.stat().st_size for p in paths)
+    monkeypatch.setattr(api, "WORKERS_MIN_BYTES", size + 1)
     here = etc.convert(paths, tmp_path / "here" / "w", to="chakra", diagnostics=Diagnostics())
-    monkeypatch.setattr(per_rank, "available_memory", lambda: 1000)  # less than 2 x 6 bytes per byte of log
+    monkeypatch.setattr(api, "WORKERS_MIN_BYTES", size)
     there = etc.convert(paths, tmp_path / "there" / "w", to="chakra", diagnostics=Diagnostics())
     assert {type(node) for rank in here.ranks.values() for node in rank.nodes} == {Node}
     assert {type(node) for rank in there.ranks.values() for node in rank.nodes} == {SkeletonNode}
     assert outputs(tmp_path / "there") == outputs(tmp_path / "here")
-    assert not per_rank.chakra_by_workers_for_memory(paths[:1], Options())  # one file: in one process

@@ -117,7 +117,7 @@ def test_without_jobs_a_big_set_is_drawn_by_workers_and_a_small_one_here(tmp_pat
     paths = synthetic_logs(tmp_path)
     local = etc.convert(paths, tmp_path / "local.json", diagnostics=Diagnostics(), jobs=1)
     small = etc.convert(paths, tmp_path / "small.json", diagnostics=Diagnostics())
-    monkeypatch.setattr(api, "TIMELINE_WORKERS_MIN_BYTES", sum(p.stat().st_size for p in paths))
+    monkeypatch.setattr(api, "WORKERS_MIN_BYTES", sum(p.stat().st_size for p in paths))
     big = etc.convert(paths, tmp_path / "big.pftrace", diagnostics=Diagnostics())
     chakra = etc.convert(paths, tmp_path / "set" / "w", to="chakra", diagnostics=Diagnostics())
     assert all(rank.nodes for trace in (local, small, chakra) for rank in trace.ranks.values())
@@ -161,7 +161,7 @@ def test_a_big_profiler_set_to_chakra_is_written_by_the_workers_by_default(tmp_p
 
     paths = sorted((FIXTURES / "kineto_nccl").iterdir())
     local = etc.convert(paths, tmp_path / "local" / "w", to="chakra", diagnostics=Diagnostics())
-    monkeypatch.setattr(api, "TIMELINE_WORKERS_MIN_BYTES", sum(p.stat().st_size for p in paths))
+    monkeypatch.setattr(api, "WORKERS_MIN_BYTES", sum(p.stat().st_size for p in paths))
     big = etc.convert(paths, tmp_path / "big" / "w", to="chakra", diagnostics=Diagnostics())
     assert all(any(n.kind is NodeKind.COMPUTE for n in rank.nodes) for rank in local.ranks.values())
     assert all(n.kind is not NodeKind.COMPUTE for rank in big.ranks.values() for n in rank.nodes)  # skeletons
@@ -312,7 +312,7 @@ def test_one_big_log_is_shared_by_default_and_let_go_of_only_when_memory_is_shor
 
     paths = one_log(tmp_path)
     here = etc.convert(paths, tmp_path / "here.json", diagnostics=Diagnostics())
-    monkeypatch.setattr(api, "TIMELINE_WORKERS_MIN_BYTES", paths[0].stat().st_size)
+    monkeypatch.setattr(api, "WORKERS_MIN_BYTES", paths[0].stat().st_size)
     monkeypatch.setattr(per_rank, "SHARED_FILES_MIN_BYTES", paths[0].stat().st_size)
     there = etc.convert(paths, tmp_path / "there.json", diagnostics=Diagnostics())
     assert all(rank.nodes for rank in here.ranks.values())  # small: read and drawn here

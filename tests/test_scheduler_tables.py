@@ -14,7 +14,7 @@ import json
 import random
 
 import pytest
-from helpers.scheduler_synth import coll, compute, recv, send, trace_of
+from helpers.scheduler_synth import coll, compute, recv, send
 
 from converters.model import CollType, ExecutionTrace, Node, NodeKind, Rank
 from converters.scheduler import schedule

@@ -239,7 +239,7 @@ def test_ordering_edges_only_in_ctrl_deps_are_a_warning():
     findings = run_checks(trace)
     assert codes(findings) == ["W006"]
     assert findings[0].message == (
-        f"rank 0: node 2 waits for node 0 only through ctrl_deps, which ASTRA-sim's old feeder ignores "
+        "rank 0: node 2 waits for node 0 only through ctrl_deps, which ASTRA-sim's old feeder ignores "
         "(and 1 more nodes); `et-convert SET --from chakra --to chakra` rewrites them into data_deps")
     assert findings[0].node["name"] == nodes[2].name
     nodes[2].deps, nodes[4].deps = [0, 1], [3]  # the same edges also in data_deps: nothing to say

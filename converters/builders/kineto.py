@@ -319,7 +319,7 @@ def finish(part: RankPart, joined: Joined) -> Rank:
     return part.rank
 
 
-KINETO = PerRankFormat(survey_file, plan, build_file, merge, summarize, join, finish, chakra_by_workers_when_big=True)
+KINETO = PerRankFormat(survey_file, plan, build_file, merge, summarize, join, finish)
 PER_RANK_FORMAT = KINETO  # what `converters.api` looks for to let workers draw a timeline or write a Chakra set
 
 

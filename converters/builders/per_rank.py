@@ -66,13 +66,6 @@ class PerRankFormat:
     summarize: Callable[[Any], Any] | None = None
     join: Callable[[Any, list, Options, Diagnostics], Any] | None = None
     finish: Callable[[Any, Any], Any] | None = None
-    # Whether a Chakra set of `api.TIMELINE_WORKERS_MIN_BYTES` or more is written by one worker
-    # per core without --jobs, as a timeline is: where reading dominates (profiler traces: 2 x 105
-    # MB in 7.8 s instead of 10.9 s), not where the skeletons and checks cost about what reading
-    # in parallel saves (logs, on the slower machine of 2026-11-27: benchmark 7 in 3.78 s instead
-    # of 3.65 s; benchmark 8 in 16.0 s instead of 13.9 s, its workers building the logs they let
-    # go of again for each step; in half the memory).
-    chakra_by_workers_when_big: bool = False
     # Whether a survey's records are much smaller than the nodes built from them and `build`
     # leaves them as they were (a Megatron log's: 0.2 bytes per byte of log, its nodes 2.5): a
     # worker then keeps the records of the files it lets go of (`LetGo`) and builds from them;
@@ -161,17 +154,6 @@ def too_big_for_one_process(paths: list[Path], memory: int | None = None) -> boo
     of 2026-11-27)."""
     memory = available_memory() if memory is None else memory
     return 0 < memory < 2 * _bytes_of(paths) * ONE_FILE_MEMORY_PER_BYTE
-
-
-def chakra_by_workers_for_memory(paths: list[Path], options: Options) -> bool:
-    """Whether a Chakra set of these per-rank files is better written by the workers because
-    memory is short (`too_big_for_one_process`, with what the job and --memory leave): the
-    client then holds the communication skeletons and each worker one rank at a time. One
-    process would hold every node and write alone, its writers kept from forking (benchmark 8,
-    16 logs, with --memory 550M: 636 MB and 21.9 s in one process, 529 MB and about 18 s through
-    the workers). A single file of many ranks stays in one process (benchmark 6 with --memory
-    387M: 411 MB there, 433 MB through the workers, who each read the whole file)."""
-    return len(set(paths)) > 1 and too_big_for_one_process(paths, under_limit(available_memory(), memory_bytes(options)))
 
 
 def reading_jobs(options: Options) -> int:
