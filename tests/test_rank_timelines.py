@@ -15,7 +15,7 @@ from conftest import SAMPLES, run_cli
 from converters import rank_timelines
 from converters.diagnostics import Diagnostics, InputError
 from converters.builders import megatron
-from converters.model import NodeKind
+from converters.model import NodeKind, SkeletonNode
 from converters.options import Options
 from helpers.megatron_synth import replace_in_op, write_run
 
@@ -120,8 +120,11 @@ def test_without_jobs_a_big_set_is_drawn_by_workers_and_a_small_one_here(tmp_pat
     monkeypatch.setattr(api, "WORKERS_MIN_BYTES", sum(p.stat().st_size for p in paths))
     big = etc.convert(paths, tmp_path / "big.pftrace", diagnostics=Diagnostics())
     chakra = etc.convert(paths, tmp_path / "set" / "w", to="chakra", diagnostics=Diagnostics())
-    assert all(rank.nodes for trace in (local, small, chakra) for rank in trace.ranks.values())
+    assert all(rank.nodes for trace in (local, small) for rank in trace.ranks.values())
     assert all(not rank.nodes for rank in big.ranks.values())
+    # a big Chakra set too goes through the workers: the model keeps each rank's skeleton
+    assert all(rank.nodes for rank in chakra.ranks.values())
+    assert {type(node) for rank in chakra.ranks.values() for node in rank.nodes} == {SkeletonNode}
     assert (tmp_path / "small.json").read_bytes() == (tmp_path / "local.json").read_bytes()
     etc.convert(paths, tmp_path / "local.pftrace", diagnostics=Diagnostics(), jobs=1)
     assert (tmp_path / "big.pftrace").read_bytes() == (tmp_path / "local.pftrace").read_bytes()
