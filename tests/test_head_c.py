@@ -1,0 +1,137 @@
+"""The C head reader (`converters/_proto/_head.c`) is `wire.python_node_head`, faster.
+
+Both must give the same head (or None) for any bytes, and leave the same dependency lists in
+the `known` dict they share across a set: on every sample's messages, on protobuf's messages
+bent as in test_chakra_head.py, and on byte strings made of the head's own tags and varint
+bytes, where the edge cases (cut fields, long varints, zero values, bad UTF-8) are dense.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sysconfig
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from converters._proto import wire
+from helpers.megatron_synth import write_run
+from test_chakra_head import node_messages
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+try:
+    from converters._proto._head import node_head as c_node_head
+except ImportError:
+    c_node_head = None
+
+needs_c = pytest.mark.skipif(c_node_head is None, reason="the C head reader was not built (no C compiler)")
+
+
+def same_head(body: bytes, known_py: dict, known_c: dict):
+    expected = wire.python_node_head(body, known_py)
+    assert c_node_head(body, known_c) == expected
+    return expected
+
+
+def test_the_reader_uses_the_c_head_where_a_compiler_built_it():
+    compiler = sysconfig.get_config_var("CC")
+    if not compiler or shutil.which(compiler.split()[0]) is None:
+        pytest.skip("no C compiler here: the Python head reader is used")
+    # setup.py builds it optionally: a build that failed silently would leave reading 6x slower
+    assert c_node_head is not None and wire.node_head is c_node_head
+
+
+@pytest.fixture(scope="module")
+def chakra_files(tmp_path_factory) -> list[Path]:
+    """The sample Chakra sets (written by chakra_converter) and et-convert's Chakra sets of a
+    measured sample and of a longer synthetic run's logs (start times in every head)."""
+    import converters as etc
+
+    folder = tmp_path_factory.mktemp("heads")
+    etc.convert(SAMPLES / "megatron_tp2_pp2_dp1", folder / "m", to="chakra")
+    etc.convert(write_run(folder / "logs", stages=2, tp=2, microbatches=64), folder / "s", to="chakra")
+    return sorted(SAMPLES.rglob("*.et")) + sorted(folder.glob("*.et"))
+
+
+@needs_c
+def test_every_message_of_real_sets_gives_the_same_head(chakra_files):
+    known_py, known_c = {}, {}
+    count = heads = 0
+    for path in chakra_files:
+        data = path.read_bytes()
+        for index, (_, start, end) in enumerate(wire.frames(data)):
+            if index:  # the GlobalMetadata is no Node
+                heads += same_head(data[start:end], known_py, known_c) is not None
+                count += 1
+    assert count > 2_000 and heads == count  # every sample node is written as protobuf writes it
+    assert known_c == known_py
+
+
+@needs_c
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(node_messages())
+def test_bent_messages_give_the_same_head(body):
+    known_py, known_c = {}, {}
+    same_head(body, known_py, known_c)
+    assert known_c == known_py
+
+
+# The head's tags, the tail's first tag, bytes that end or continue a varint, a zero, UTF-8
+# pieces (whole and cut): what a random string needs to reach every branch of the head.
+PIECES = [b"\x08", b"\x12", b"\x18", b"\x22", b"\x2a", b"\x30", b"\x38", b"\x80", b"\xff", b"\x00", b"\x01",
+          b"\x02", b"\x7f", b"ab", b"\xc3\xa9", b"\xc3"]
+
+
+@needs_c
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(PIECES), max_size=14).map(b"".join), min_size=1, max_size=4))
+def test_strings_of_head_bytes_give_the_same_heads_in_a_row(bodies):
+    """In a row, sharing `known`: a later message finds the lists an earlier one added."""
+    known_py, known_c = {}, {}
+    for body in bodies:
+        same_head(body, known_py, known_c)
+    assert known_c == known_py
+
+
+@needs_c
+def test_edges_of_the_head():
+    cases = {
+        b"": (0, "", 0, (), (), 0, 0),  # an empty message: every field at its default
+        b"\x08\x01": (1, "", 0, (), (), 0, 2),
+        b"\x08\x00": None,  # a zero protobuf would not write
+        b"\x08\x80\x01": (128, "", 0, (), (), 0, 3),
+        b"\x08\x80\x00": None,  # 0 in two bytes: not the shortest form
+        b"\x08" + b"\xff" * 8 + b"\x7f": ((1 << 63) - 1, "", 0, (), (), 0, 10),  # 9 bytes, 63 bits
+        b"\x08" + b"\xff" * 9 + b"\x01": None,  # a tenth byte
+        b"\x08\x81": None,  # cut inside the id
+        b"\x12\x02ab\x18\x04": (0, "ab", 4, (), (), 0, 6),
+        b"\x12\x03ab": None,  # the name runs past the end
+        b"\x12\x01\xc3": None,  # not UTF-8
+        b"\x2a\x03\x01\x80\x01\x30\x05": (0, "", 0, (), (1, 128), 5, 7),
+        b"\x2a\x02\x01\x80\x01": None,  # a varint runs past its field
+        b"\x2a\x00": None,  # an empty packed field protobuf would not write
+        b"\x18\x00": None,  # type 0 is written by leaving it out
+        b"\x38\x05": (0, "", 0, (), (), 0, 0),  # the tail starts at once
+    }
+    for body, expected in cases.items():
+        assert same_head(body, {}, {}) == expected, body
+
+
+@needs_c
+def test_a_list_found_by_a_cut_slice_is_refused_as_in_python():
+    """A dependency list known by bytes that a later message holds only in part (its field
+    cut by the end) is found, and the head refused after it, in both."""
+    known_py, known_c = {b"\x01": (1,)}, {b"\x01": (1,)}
+    assert same_head(b"\x2a\x02\x01", known_py, known_c) is None
+    assert known_c == known_py == {b"\x01": (1,)}
+
+
+@needs_c
+def test_bad_arguments_are_a_type_error():
+    with pytest.raises(TypeError):
+        c_node_head(bytearray(b"\x08\x01"), {})
+    with pytest.raises(TypeError):
+        c_node_head(b"\x08\x01")
