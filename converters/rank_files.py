@@ -283,13 +283,15 @@ class Skeleton:
         """The nodes again, as `SkeletonNode`s (no sources, attributes or IO info: the checks
         here read none of them). Equal values are one object each (ints, args as read-only `SharedArgs`, empty
         deps and ctrl_deps as the read-only `NO_CTRL_DEPS`): the nodes are for reading. With
-        `shared`, ids (those of dependencies and parents too), sizes and equal dependencies
+        `shared`, ids (those of dependencies and parents too), sizes, microbatches and equal dependencies
         (read-only `SharedDeps`) are one object each across the skeletons that use it."""
         shared = shared or SharedValues()
         ids, kinds, durations, colls, sizes, groups, peers, tags, starts, parents, microbatches = (
             _values(column) for column in self.ints)
         one = shared.ints.setdefault
-        ids, sizes, parents = ([one(v, v) for v in column] for column in (ids, sizes, parents))
+        # (microbatches too: past 256, each node's would be an int of its own, 28 bytes)
+        ids, sizes, parents, microbatches = ([one(v, v) for v in column]
+                                             for column in (ids, sizes, parents, microbatches))
         same = {}.setdefault  # durations: equal within a rank, seldom across measured ranks
         durations = [same(v, v) for v in durations]
         deps = shared.deps_of([one(d, d) for d in _values(self.deps)], self.dep_counts)

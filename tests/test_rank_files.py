@@ -171,7 +171,8 @@ def test_skeletons_of_ranks_of_one_role_share_ids_and_dependencies_in_the_client
 
     def rank(r: int, offset: int) -> Rank:
         return Rank(r, nodes=[
-            Node(1000, "ar", NodeKind.COLLECTIVE, duration_ns=5 + offset, coll=CollType.ALL_REDUCE, size=4096, start_ns=offset),
+            Node(1000, "ar", NodeKind.COLLECTIVE, duration_ns=5 + offset, coll=CollType.ALL_REDUCE, size=4096, start_ns=offset,
+                 microbatch=300),  # past the ints Python keeps one of
             Node(1001, "s", NodeKind.SEND, duration_ns=7, deps=[1000], peer=1, tag=0, size=4096, start_ns=9 + offset),
             Node(1002, "ag", NodeKind.COLLECTIVE, deps=[1000, 1001], coll=CollType.ALL_GATHER, size=4096, start_ns=20 + offset)])
 
@@ -181,6 +182,7 @@ def test_skeletons_of_ranks_of_one_role_share_ids_and_dependencies_in_the_client
     assert [(n.id, n.deps, n.duration_ns, n.start_ns) for n in b] == [
         (1000, [], 8, 3), (1001, [1000], 7, 12), (1002, [1000, 1001], 0, 23)]
     assert all(x.id is y.id and x.deps is y.deps and x.size is y.size for x, y in zip(a, b))
+    assert a[0].microbatch is b[0].microbatch == 300
     assert b[1].deps[0] is b[0].id  # a dependency is the id object it names
     assert all(type(n.deps) is SharedDeps for n in b[1:])
     # a skeleton node has no slots for what it never holds: 40 bytes less than a Node
