@@ -39,7 +39,8 @@ def as_plain_nodes(trace: ExecutionTrace) -> ExecutionTrace:
         values.update(deps=list(node.deps), ctrl_deps=[], args=dict(node.args))
         return Node(**values)
 
-    return replace(trace, ranks={r: replace(rank, nodes=list(map(plain, rank.nodes))) for r, rank in trace.ranks.items()})
+    ranks = {r: replace(rank, nodes=list(map(plain, rank.nodes))) for r, rank in trace.ranks.items()}
+    return replace(trace, ranks=ranks)
 
 
 def dry_run_seconds(trace: ExecutionTrace) -> float:
@@ -62,7 +63,8 @@ def main() -> None:
                                       for r, rank in whole.ranks.items()})
     del whole
     forms = {"SkeletonNode, shared lists": skeletons, "Node, own lists": as_plain_nodes(skeletons)}
-    print(f"{sum(len(rank.nodes) for rank in skeletons.ranks.values()):,} skeleton nodes in {len(skeletons.ranks)} ranks")
+    nodes = sum(len(rank.nodes) for rank in skeletons.ranks.values())
+    print(f"{nodes:,} skeleton nodes in {len(skeletons.ranks)} ranks")
     gc.disable()
     times: dict[str, list[float]] = {label: [] for label in forms}
     for round_ in range(args.rounds):

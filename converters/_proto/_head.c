@@ -2,8 +2,9 @@
  * read as wire.python_node_head reads it, in C: the same tuple, the same None for whatever that
  * function refuses, and the same entries added to `known`. The Python function is the
  * specification; this is only faster (about a third of reading a measured Chakra set was spent
- * there), and tests/test_head_c.py holds the two to each other on real and random bytes. Optional: wire.py
- * uses the Python function when this module was not built (no C compiler at install). */
+ * there), and tests/test_head_c.py holds the two to each other on real and random bytes.
+ * Optional: wire.py uses the Python function when this module was not built (no C compiler at
+ * install). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
