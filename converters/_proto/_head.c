@@ -17,10 +17,10 @@
 #define TAG_DATA_DEPS 0x2A
 #define TAG_START 0x30
 
-/* What a step found: the message goes on, the head was refused (None), its bytes ran out
- * inside a field (None too: python_node_head accepts the end of the bytes only before a tag,
+/* What a step found: the message goes on, the head was refused (None: an unusual field, or its
+ * bytes ran out inside it; python_node_head accepts the end of the bytes only before a tag,
  * which the `pos < size` tests below stand for), or Python raised (out of memory). */
-enum { OK = 0, REFUSED = 1, SHORT = 2, FAILED = 3 /* a Python exception is set */ };
+enum { OK = 0, REFUSED = 1, FAILED = 2 /* a Python exception is set */ };
 
 /* A varint in its shortest form, at most 9 bytes (63 bits) and not 0, as wire._canonical_varint
  * takes it. */
@@ -28,7 +28,7 @@ static int canonical_varint(const uint8_t *b, Py_ssize_t size, Py_ssize_t *pos, 
 {
     Py_ssize_t at = *pos;
     if (at >= size)
-        return SHORT;
+        return REFUSED;
     uint8_t x = b[at];
     if (x < 0x80) {
         if (!x)
@@ -40,7 +40,7 @@ static int canonical_varint(const uint8_t *b, Py_ssize_t size, Py_ssize_t *pos, 
     uint64_t value = x & 0x7F;
     for (int shift = 7;; shift += 7) {
         if (++at >= size)
-            return SHORT;
+            return REFUSED;
         x = b[at];
         if (shift > 56)  /* a tenth byte: beyond 63 bits whatever it holds */
             return REFUSED;
@@ -61,7 +61,7 @@ static int packed(const uint8_t *b, Py_ssize_t size, Py_ssize_t *pos, PyObject *
 {
     Py_ssize_t at = *pos;
     if (at >= size)
-        return SHORT;
+        return REFUSED;
     Py_ssize_t length = b[at];
     if (!(0 < length && length < 0x80))
         return REFUSED;
@@ -89,7 +89,7 @@ static int packed(const uint8_t *b, Py_ssize_t size, Py_ssize_t *pos, PyObject *
     while (at < end) {
         if (at >= size) {
             Py_DECREF(key);
-            return SHORT;
+            return REFUSED;
         }
         uint8_t x = b[at];
         if (x < 0x80) {
@@ -149,13 +149,12 @@ static PyObject *node_head(PyObject *Py_UNUSED(module), PyObject *const *args, P
     PyObject *name = NULL, *ctrl_deps = NULL, *data_deps = NULL;
     int step = OK;
 
-    /* Each field is optional and in number order; `pos == size` before a tag ends the head. */
+    /* Each field is optional and in number order; `pos == size` before a tag ends the head. A
+     * step moves `pos` past its field only when it is OK: a refused head reads no further. */
     if (pos < size && b[pos] == TAG_ID) {
-        Py_ssize_t at = pos + 1;
-        step = canonical_varint(b, size, &at, &node_id);
-        if (step != OK)
+        pos += 1;
+        if ((step = canonical_varint(b, size, &pos, &node_id)) != OK)
             goto refused;
-        pos = at;
     }
     if (pos < size && b[pos] == TAG_NAME) {
         if (pos + 1 >= size)
@@ -183,25 +182,19 @@ static PyObject *node_head(PyObject *Py_UNUSED(module), PyObject *const *args, P
         pos += 2;
     }
     if (pos < size && b[pos] == TAG_CTRL_DEPS) {
-        Py_ssize_t at = pos + 1;
-        step = packed(b, size, &at, known, &ctrl_deps);
-        if (step != OK)
+        pos += 1;
+        if ((step = packed(b, size, &pos, known, &ctrl_deps)) != OK)
             goto refused;
-        pos = at;
     }
     if (pos < size && b[pos] == TAG_DATA_DEPS) {
-        Py_ssize_t at = pos + 1;
-        step = packed(b, size, &at, known, &data_deps);
-        if (step != OK)
+        pos += 1;
+        if ((step = packed(b, size, &pos, known, &data_deps)) != OK)
             goto refused;
-        pos = at;
     }
     if (pos < size && b[pos] == TAG_START) {
-        Py_ssize_t at = pos + 1;
-        step = canonical_varint(b, size, &at, &start);
-        if (step != OK)
+        pos += 1;
+        if ((step = canonical_varint(b, size, &pos, &start)) != OK)
             goto refused;
-        pos = at;
     }
     /* A dependency list found in `known` by a slice cut short by the end leaves pos past it:
      * python_node_head refuses that when it next looks at a byte. */
@@ -233,7 +226,7 @@ refused:
 
 static PyMethodDef methods[] = {
     {"node_head", (PyCFunction)(void (*)(void))node_head, METH_FASTCALL,
-     "node_head(body, known): wire.node_head, in C."},
+     "node_head(body, known): wire.python_node_head, in C."},
     {NULL, NULL, 0, NULL},
 };
 
