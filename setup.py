@@ -4,4 +4,7 @@ converters/_proto/wire.py reads heads in Python (same results, slower)."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("converters._proto._head", ["converters/_proto/_head.c"], optional=True)])
+setup(ext_modules=[
+    Extension("converters._proto._head", ["converters/_proto/_head.c"], optional=True),
+    Extension("converters.scheduler._loop", ["converters/scheduler/_loop.c"], optional=True),
+])

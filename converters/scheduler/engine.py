@@ -55,6 +55,11 @@ from .deadlock import MAX_CHAIN, Deadlock, Wait, wait_chain
 from .network import Network, ring_distance, ring_hops
 from .quotient import WORLD, Quotient
 
+try:  # the loop in C (_loop.c), which setup.py builds where it can; else the Python loop runs
+    from . import _loop
+except ImportError:
+    _loop = None
+
 # What a node needs to run.
 T_COMPUTE, T_COLL, T_SEND, T_RECV, T_OTHER = 0, 1, 2, 3, 4
 _TYPE_OF = {
@@ -297,9 +302,11 @@ class Engine:
     """One scheduling run over all ranks of a trace."""
 
     def __init__(self, trace: ExecutionTrace, network: Network, quotient: Quotient | None = None,
-                 runs: bool = True):
+                 runs: bool = True, native: bool = True):
         self.trace = trace
         self.runs = runs  # set runs of compute nodes at once (Program._find_runs); False: node by node
+        # The loop in C where it was built (_loop.c); False, or runs=False, runs the Python loop.
+        self.native = native and runs
         self.net = network
         self.q = quotient
         # With a quotient only the representatives run; position r is then class r.
@@ -396,6 +403,85 @@ class Engine:
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+        """(starts, ends, cause) per rank position; raise Deadlock when a rank cannot finish."""
+        if self.native and _loop is not None:
+            done = self._native_run()
+            if done is not None:
+                return done
+        return self._python_run()
+
+    def _native_run(self) -> tuple[list[list[int]], list[list[int]], list[list[int]]] | None:
+        """The loop in C (_loop.c), or None where the Python loop must run: a node whose group or
+        peer it would refuse when it met it, a rank that cannot finish (the report is made in
+        Python), a time past 62 bits."""
+        inputs = self._native_inputs()
+        if inputs is None:
+            return None
+        specs, groups, channels = inputs
+        progs = self.progs
+        stride = max((len(p.nodes) for p in progs), default=0) + 1
+        out = _loop.run(specs, stride, groups, channels)
+        if out is None:
+            return None
+        starts, ends, cause, self.computing = out
+        self.stride = stride
+        self.state = [bytearray([S_DONE]) * len(p.nodes) for p in progs]
+        self.done = [len(p.nodes) for p in progs]
+        self._pending_instances, self._recvs_waiting = {}, {}
+        return starts, ends, cause
+
+    def _native_inputs(self) -> tuple[list[tuple], int, int] | None:
+        """Per rank position, its program's tables and, per node, what the Python loop looks up
+        when it issues the node: a collective's instance group (numbered), issuers needed and
+        cost; a send's or receive's channel (numbered) and a send's cost. None when a lookup
+        raises: the Python loop raises it only if it reaches the node (a deadlock can come first)."""
+        groups: dict[Any, int] = {}
+        channels: dict[tuple, int] = {}
+        specs = []
+        try:
+            for r, prog in enumerate(self.progs):
+                nodes, types = prog.nodes, prog.types
+                talk = indices(types, IS_TALK)
+                aux, need, cost = [], [], []
+                by_group, send_costs = {}, {}  # (this position's) node.group -> (number, needed, costs, info)
+                for i in talk:
+                    node = nodes[i]
+                    if types[i] == T_COLL:
+                        found = by_group.get(node.group)
+                        if found is None:
+                            info = self.coll_info(r, node)
+                            found = by_group[node.group] = (groups.setdefault(info[0], len(groups)), info[1], info[5],
+                                                            info)
+                        number, needed, costs, info = found
+                        cost_key = (node.coll, node.size)
+                        ns = costs.get(cost_key)
+                        if ns is None:
+                            ns = costs[cost_key] = self.net.collective_ns(node.coll, node.size, *info[2:5])
+                        aux.append(number)
+                        need.append(needed)
+                        cost.append(ns)
+                        continue
+                    sending = types[i] == T_SEND
+                    aux.append(channels.setdefault(self.channel_key(r, node, sending), len(channels)))
+                    need.append(0)
+                    if sending:
+                        cost_key = (node.group, node.peer, node.size)
+                        ns = send_costs.get(cost_key)
+                        if ns is None:
+                            ns = send_costs[cost_key] = self.send_ns(r, node)
+                        cost.append(ns)
+                    else:
+                        cost.append(0)
+                ascending = prog.ascending
+                specs.append((types, prog.queue, prog.durations, prog.ndeps, prog.next_of, prog.more,
+                              None if ascending else prog.prio, None if ascending else prog.by_prio, prog.roots(),
+                              talk, aux, need, cost))
+        except Exception:  # noqa: BLE001 (whatever it is, the Python loop meets it, or not, as it always did)
+            return None
+        return specs, len(groups), len(channels)
+
+    def _python_run(self) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+        """The loop in Python: the specification _loop.c follows."""
         ranks, progs, net, runs = self.ranks, self.progs, self.net, self.runs
         nranks = len(ranks)
         stride = self.stride = max((len(p.nodes) for p in progs), default=0) + 1

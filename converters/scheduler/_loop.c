@@ -1,0 +1,788 @@
+/* The scheduler's event loop in C: engine.Engine.run's rules, node by node.
+
+   engine.py's Python loop is the specification; this file follows it step for step (release,
+   issue, a collective's instance, a send meeting its receive) so that every start, end and
+   cause is the same to the nanosecond, and tests/test_scheduler_c.py holds the two together.
+   What needs Python (groups, the network's costs, channel keys) is worked out by
+   Engine._native_inputs before the loop: one (group, issuers needed, cost) or (channel, cost)
+   per communication node. Anything out of the ordinary returns None and the Python loop runs
+   instead: a rank that cannot finish (the deadlock report is Python's), a time that would not
+   fit 62 bits, a table of an unexpected type.
+
+   run(ranks, stride, groups, channels) -> (starts, ends, cause, computing) or None
+   ranks: one tuple per rank position, as Engine._native_inputs makes them.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_COMPUTE, T_COLL, T_SEND, T_RECV, T_OTHER };
+enum { Q_COMPUTE, Q_COMM, Q_FREE };
+enum { S_WAITING, S_READY, S_ISSUED, S_DONE };
+#define NO_CAUSE (-1)
+#define NO_DEPENDENT (-1)
+#define TIME_LIMIT ((int64_t)1 << 62)
+
+/* ------------------------------------------------------------------ growable int64 vector */
+
+typedef struct {
+    int64_t *v;
+    Py_ssize_t len, cap, head; /* head: first unread item when used as a queue */
+} Vec;
+
+static int vec_push(Vec *a, int64_t x) {
+    if (a->len == a->cap) {
+        Py_ssize_t cap = a->cap ? a->cap * 2 : 8;
+        int64_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof(int64_t));
+        if (!v) return -1;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->len++] = x;
+    return 0;
+}
+
+/* A min-heap of ints (a rank's ready priorities), as heapq keeps one. */
+static int heap_push(Vec *h, int64_t x) {
+    if (vec_push(h, x) < 0) return -1;
+    Py_ssize_t i = h->len - 1;
+    while (i > 0) {
+        Py_ssize_t up = (i - 1) / 2;
+        if (h->v[up] <= x) break;
+        h->v[i] = h->v[up];
+        i = up;
+    }
+    h->v[i] = x;
+    return 0;
+}
+
+static int64_t heap_pop(Vec *h) {
+    int64_t top = h->v[0], x = h->v[--h->len];
+    Py_ssize_t i = 0, n = h->len;
+    for (;;) {
+        Py_ssize_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h->v[c + 1] < h->v[c]) c++;
+        if (h->v[c] >= x) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (n) h->v[i] = x;
+    return top;
+}
+
+/* ------------------------------------------------------------------ ends to come
+
+   engine.py keeps a heap of distinct times and, per time, the nodes ending then in the order
+   they were set. Ordering events by (time, order set) and taking every event of the earliest
+   time before handling any is the same thing. */
+
+typedef struct {
+    int64_t t, seq;
+    int32_t r, i;
+} Event;
+
+typedef struct {
+    Event *v;
+    Py_ssize_t len, cap;
+    int64_t seq;
+} Events;
+
+static inline int event_before(const Event *a, const Event *b) {
+    return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static int events_push(Events *h, int64_t t, Py_ssize_t r, Py_ssize_t i) {
+    if (h->len == h->cap) {
+        Py_ssize_t cap = h->cap ? h->cap * 2 : 64;
+        Event *v = PyMem_Realloc(h->v, (size_t)cap * sizeof(Event));
+        if (!v) return -1;
+        h->v = v;
+        h->cap = cap;
+    }
+    Event e = {t, h->seq++, (int32_t)r, (int32_t)i};
+    Py_ssize_t k = h->len++;
+    while (k > 0) {
+        Py_ssize_t up = (k - 1) / 2;
+        if (!event_before(&e, &h->v[up])) break;
+        h->v[k] = h->v[up];
+        k = up;
+    }
+    h->v[k] = e;
+    return 0;
+}
+
+static Event events_pop(Events *h) {
+    Event top = h->v[0], x = h->v[--h->len];
+    Py_ssize_t k = 0, n = h->len;
+    for (;;) {
+        Py_ssize_t c = 2 * k + 1;
+        if (c >= n) break;
+        if (c + 1 < n && event_before(&h->v[c + 1], &h->v[c])) c++;
+        if (!event_before(&h->v[c], &x)) break;
+        h->v[k] = h->v[c];
+        k = c;
+    }
+    if (n) h->v[k] = x;
+    return top;
+}
+
+/* ------------------------------------------------------------------ int64 -> int64 map
+   (a rank's count of collectives issued per group: key rank * groups + group) */
+
+typedef struct {
+    int64_t *keys, *values;
+    Py_ssize_t used, cap;
+} Map;
+
+static int64_t *map_slot(Map *m, int64_t key) {
+    if (2 * (m->used + 1) > m->cap) {
+        Py_ssize_t cap = m->cap ? m->cap * 2 : 64;
+        int64_t *keys = PyMem_Malloc((size_t)cap * sizeof(int64_t));
+        int64_t *values = PyMem_Malloc((size_t)cap * sizeof(int64_t));
+        if (!keys || !values) {
+            PyMem_Free(keys);
+            PyMem_Free(values);
+            return NULL;
+        }
+        for (Py_ssize_t j = 0; j < cap; j++) keys[j] = -1;
+        for (Py_ssize_t j = 0; j < m->cap; j++) {
+            if (m->keys[j] < 0) continue;
+            Py_ssize_t s = (Py_ssize_t)((uint64_t)m->keys[j] * 0x9E3779B97F4A7C15ull >> 1) & (cap - 1);
+            while (keys[s] >= 0) s = (s + 1) & (cap - 1);
+            keys[s] = m->keys[j];
+            values[s] = m->values[j];
+        }
+        PyMem_Free(m->keys);
+        PyMem_Free(m->values);
+        m->keys = keys;
+        m->values = values;
+        m->cap = cap;
+    }
+    Py_ssize_t s = (Py_ssize_t)((uint64_t)key * 0x9E3779B97F4A7C15ull >> 1) & (m->cap - 1);
+    while (m->keys[s] >= 0 && m->keys[s] != key) s = (s + 1) & (m->cap - 1);
+    if (m->keys[s] < 0) {
+        m->keys[s] = key;
+        m->values[s] = 0;
+        m->used++;
+    }
+    return &m->values[s];
+}
+
+/* ------------------------------------------------------------------ the loop's state */
+
+typedef struct {
+    Py_ssize_t n;
+    const uint8_t *types, *queue;
+    uint8_t *state;
+    const int64_t *dur, *next_of, *prio, *by_prio; /* shared (Loop.arrays); prio, by_prio NULL: ascending ids */
+    int64_t *rem;                                  /* dependencies not yet ended */
+    PyObject **more;                                /* borrowed lists where next_of is SEVERAL */
+    int64_t *aux, *need, *cost;                     /* group or channel; issuers needed; cost */
+    int64_t *starts, *ends, *cause;
+    Vec q[3];
+    int busy[2];
+    int64_t last[2];
+    Py_ssize_t done;
+    Vec computing; /* start, end, start, end, ... */
+} Rank;
+
+typedef struct {
+    int64_t needed, cost, cause, k;
+    Vec entries; /* r, i, r, i, ... in issue order */
+} Instance;
+
+typedef struct {
+    Rank *ranks;
+    Py_ssize_t nranks, ngroups, nchannels;
+    int64_t stride;
+    Events events;
+    Map counts;
+    Vec *pending;  /* per group: indices into insts of its instances waiting for issuers */
+    Instance *insts;
+    Py_ssize_t ninsts, cap_insts;
+    Vec free_insts;
+    Vec *sends, *recvs; /* per channel: (sent, arrived, r, i) and (r, i, posted) waiting */
+    Map converted;      /* a list's address -> 1 + its place in arrays */
+    Vec arrays;         /* the int64 arrays converted from lists, as addresses */
+} Loop;
+
+static int push_end(Loop *L, int64_t end, Py_ssize_t r, Py_ssize_t i) {
+    return events_push(&L->events, end, r, i);
+}
+
+static int finish_recv(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t posted, int64_t sent, int64_t arrived,
+                       int64_t sr, int64_t si) {
+    Rank *R = &L->ranks[r];
+    R->starts[i] = sent > posted ? sent : posted;
+    int64_t end = R->ends[i] = arrived > posted ? arrived : posted;
+    if (arrived >= posted) R->cause[i] = sr * L->stride + si;
+    return push_end(L, end, r, i);
+}
+
+static Py_ssize_t new_instance(Loop *L) {
+    if (L->free_insts.len) return (Py_ssize_t)L->free_insts.v[--L->free_insts.len];
+    if (L->ninsts == L->cap_insts) {
+        Py_ssize_t cap = L->cap_insts ? L->cap_insts * 2 : 16;
+        Instance *v = PyMem_Realloc(L->insts, (size_t)cap * sizeof(Instance));
+        if (!v) return -1;
+        memset(v + L->cap_insts, 0, (size_t)(cap - L->cap_insts) * sizeof(Instance));
+        L->insts = v;
+        L->cap_insts = cap;
+    }
+    return L->ninsts++;
+}
+
+static int issue_collective(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t t) {
+    Rank *R = &L->ranks[r];
+    int64_t g = R->aux[i], needed = R->need[i], cost = R->cost[i];
+    if (needed <= 1) { /* the only issuer: starts now, keeps its own cause */
+        R->starts[i] = t;
+        int64_t end = R->ends[i] = cost > 0 ? t + cost : t;
+        return push_end(L, end, r, i);
+    }
+    int64_t *count = map_slot(&L->counts, (int64_t)r * L->ngroups + g);
+    if (!count) return -1;
+    int64_t k = (*count)++;
+    Vec *pending = &L->pending[g];
+    Py_ssize_t at = -1, slot;
+    for (slot = 0; slot < pending->len; slot++) {
+        if (L->insts[pending->v[slot]].k == k) {
+            at = (Py_ssize_t)pending->v[slot];
+            break;
+        }
+    }
+    if (at < 0) {
+        at = new_instance(L);
+        if (at < 0 || vec_push(pending, at) < 0) return -1;
+        Instance *fresh = &L->insts[at];
+        fresh->needed = needed;
+        fresh->cost = 0;
+        fresh->cause = NO_CAUSE;
+        fresh->k = k;
+        fresh->entries.len = 0;
+    }
+    Instance *inst = &L->insts[at];
+    if (vec_push(&inst->entries, r) < 0 || vec_push(&inst->entries, i) < 0) return -1;
+    if (cost > inst->cost) inst->cost = cost;
+    inst->cause = R->cause[i]; /* the last member to issue decides the start */
+    if (inst->entries.len / 2 < inst->needed) return 0;
+    for (slot = 0; slot < pending->len && pending->v[slot] != at; slot++) {
+    }
+    memmove(pending->v + slot, pending->v + slot + 1, (size_t)(pending->len - slot - 1) * sizeof(int64_t));
+    pending->len--;
+    if (vec_push(&L->free_insts, at) < 0) return -1;
+    inst = &L->insts[at];
+    int64_t end = t + inst->cost;
+    for (Py_ssize_t e = 0; e < inst->entries.len; e += 2) {
+        Py_ssize_t r2 = (Py_ssize_t)inst->entries.v[e], i2 = (Py_ssize_t)inst->entries.v[e + 1];
+        Rank *R2 = &L->ranks[r2];
+        R2->starts[i2] = t;
+        R2->ends[i2] = end;
+        R2->cause[i2] = inst->cause;
+        if (push_end(L, end, r2, i2) < 0) return -1;
+    }
+    return 0;
+}
+
+static int issue_send(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t t) {
+    Rank *R = &L->ranks[r];
+    R->starts[i] = t;
+    int64_t end = R->ends[i] = t + R->cost[i];
+    if (push_end(L, end, r, i) < 0) return -1;
+    Vec *recvs = &L->recvs[R->aux[i]];
+    if (recvs->head < recvs->len) {
+        int64_t *w = recvs->v + recvs->head;
+        recvs->head += 3;
+        if (recvs->head == recvs->len) recvs->head = recvs->len = 0;
+        return finish_recv(L, (Py_ssize_t)w[0], (Py_ssize_t)w[1], w[2], t, end, r, i);
+    }
+    Vec *sends = &L->sends[R->aux[i]];
+    if (vec_push(sends, t) < 0 || vec_push(sends, end) < 0 || vec_push(sends, r) < 0 || vec_push(sends, i) < 0)
+        return -1;
+    return 0;
+}
+
+static int post_recv(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t t) {
+    Rank *R = &L->ranks[r];
+    Vec *sends = &L->sends[R->aux[i]];
+    if (sends->head < sends->len) {
+        int64_t *w = sends->v + sends->head;
+        sends->head += 4;
+        if (sends->head == sends->len) sends->head = sends->len = 0;
+        return finish_recv(L, r, i, t, w[0], w[1], w[2], w[3]);
+    }
+    Vec *recvs = &L->recvs[R->aux[i]];
+    if (vec_push(recvs, r) < 0 || vec_push(recvs, i) < 0 || vec_push(recvs, t) < 0) return -1;
+    return 0;
+}
+
+static inline Py_ssize_t node_of(const Rank *R, int64_t prio) {
+    return (Py_ssize_t)(R->by_prio ? R->by_prio[prio] : prio);
+}
+
+/* A queued node's cause is the node of its rank that readied it; if that did not end just now,
+   the node that freed the stream made it wait and is its cause instead. */
+static inline void take_stream_cause(Loop *L, Py_ssize_t r, Rank *R, Py_ssize_t i, int64_t t, int stream) {
+    int64_t freed_by = R->last[stream];
+    if (freed_by == NO_CAUSE) return;
+    int64_t readied_by = R->cause[i];
+    int64_t readied_at = readied_by >= 0 ? R->ends[readied_by - (int64_t)r * L->stride] : 0;
+    if (readied_at != t) R->cause[i] = freed_by;
+}
+
+static int issue(Loop *L, Py_ssize_t r, int64_t t) {
+    Rank *R = &L->ranks[r];
+    Vec *free_q = &R->q[Q_FREE];
+    while (free_q->len) {
+        Py_ssize_t i = node_of(R, heap_pop(free_q));
+        R->state[i] = S_ISSUED;
+        R->starts[i] = t;
+        if (R->types[i] == T_RECV) {
+            if (post_recv(L, r, i, t) < 0) return -1;
+        } else {
+            int64_t end = R->ends[i] = t + R->dur[i];
+            if (push_end(L, end, r, i) < 0) return -1;
+        }
+    }
+    if (R->q[Q_COMPUTE].len && !R->busy[Q_COMPUTE]) {
+        R->busy[Q_COMPUTE] = 1;
+        Py_ssize_t i = node_of(R, heap_pop(&R->q[Q_COMPUTE]));
+        R->state[i] = S_ISSUED;
+        R->starts[i] = t;
+        take_stream_cause(L, r, R, i, t, Q_COMPUTE);
+        int64_t end = R->ends[i] = t + R->dur[i];
+        if (end > t) { /* the stream's busy time, touching stretches joined */
+            Vec *c = &R->computing;
+            if (c->len && c->v[c->len - 1] == t) {
+                c->v[c->len - 1] = end;
+            } else if (vec_push(c, t) < 0 || vec_push(c, end) < 0) {
+                return -1;
+            }
+        }
+        if (push_end(L, end, r, i) < 0) return -1;
+    }
+    if (R->q[Q_COMM].len && !R->busy[Q_COMM]) {
+        R->busy[Q_COMM] = 1;
+        Py_ssize_t i = node_of(R, heap_pop(&R->q[Q_COMM]));
+        R->state[i] = S_ISSUED;
+        take_stream_cause(L, r, R, i, t, Q_COMM);
+        if (R->types[i] == T_COLL) return issue_collective(L, r, i, t);
+        return issue_send(L, r, i, t);
+    }
+    return 0;
+}
+
+static int ready(Loop *L, Rank *R, Py_ssize_t d, int64_t enc) {
+    (void)L;
+    if (--R->rem[d]) return 0;
+    R->state[d] = S_READY;
+    R->cause[d] = enc;
+    return heap_push(&R->q[R->queue[d]], R->by_prio ? R->prio[d] : (int64_t)d);
+}
+
+/* Node i of rank position r ends: free its stream, ready its dependents. */
+static int release(Loop *L, Py_ssize_t r, Py_ssize_t i) {
+    Rank *R = &L->ranks[r];
+    R->state[i] = S_DONE;
+    R->done++;
+    int64_t enc = (int64_t)r * L->stride + i;
+    int q = R->queue[i];
+    if (q != Q_FREE) {
+        R->busy[q] = 0;
+        R->last[q] = enc;
+    }
+    int64_t d = R->next_of[i];
+    if (d == NO_DEPENDENT) return 0;
+    if (d >= 0) return ready(L, R, (Py_ssize_t)d, enc);
+    PyObject *more = R->more[i];
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(more); k++) {
+        if (ready(L, R, (Py_ssize_t)PyLong_AsSsize_t(PyList_GET_ITEM(more, k)), enc) < 0) return -1;
+    }
+    return 0;
+}
+
+static int ascending(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int run_loop(Loop *L) {
+    Py_ssize_t nranks = L->nranks;
+    Vec batch = {0}, dirty = {0};
+    uint8_t *dirty_flag = PyMem_Calloc((size_t)nranks + 1, 1);
+    int rc = -1;
+    if (!dirty_flag) goto out;
+    for (Py_ssize_t r = 0; r < nranks; r++)
+        if (issue(L, r, 0) < 0) goto out;
+    while (L->events.len) {
+        /* Every node ending at t is released before any rank issues at t; ranks then issue in
+           position order. */
+        int64_t t = L->events.v[0].t;
+        batch.len = 0;
+        while (L->events.len && L->events.v[0].t == t) {
+            Event e = events_pop(&L->events);
+            if (vec_push(&batch, e.r) < 0 || vec_push(&batch, e.i) < 0) goto out;
+        }
+        if (batch.len == 2) {
+            if (release(L, (Py_ssize_t)batch.v[0], (Py_ssize_t)batch.v[1]) < 0) goto out;
+            if (issue(L, (Py_ssize_t)batch.v[0], t) < 0) goto out;
+            continue;
+        }
+        dirty.len = 0;
+        for (Py_ssize_t k = 0; k < batch.len; k += 2) {
+            Py_ssize_t r = (Py_ssize_t)batch.v[k];
+            if (release(L, r, (Py_ssize_t)batch.v[k + 1]) < 0) goto out;
+            if (!dirty_flag[r]) {
+                dirty_flag[r] = 1;
+                if (vec_push(&dirty, r) < 0) goto out;
+            }
+        }
+        qsort(dirty.v, (size_t)dirty.len, sizeof(int64_t), ascending);
+        for (Py_ssize_t k = 0; k < dirty.len; k++) {
+            dirty_flag[dirty.v[k]] = 0;
+            if (issue(L, (Py_ssize_t)dirty.v[k], t) < 0) goto out;
+        }
+    }
+    rc = 0;
+out:
+    PyMem_Free(batch.v);
+    PyMem_Free(dirty.v);
+    PyMem_Free(dirty_flag);
+    if (rc < 0 && !PyErr_Occurred()) PyErr_NoMemory();
+    return rc;
+}
+
+/* ------------------------------------------------------------------ Python tables in, lists out */
+
+/* A list of ints as int64s, each within [lo, hi); NULL and *bad set when one is not (the
+   Python loop then runs), NULL alone when out of memory. */
+static int64_t *int64s(PyObject *list, Py_ssize_t n, int64_t lo, int64_t hi, int *bad) {
+    if (!PyList_Check(list) || PyList_GET_SIZE(list) != n) {
+        *bad = 1;
+        return NULL;
+    }
+    int64_t *v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (!v) return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *x = PyList_GET_ITEM(list, k);
+        int overflow = 0;
+        long long value = PyLong_Check(x) ? PyLong_AsLongLongAndOverflow(x, &overflow) : 0;
+        if (!PyLong_Check(x) || overflow || value < lo || value >= hi) {
+            *bad = 1;
+            PyMem_Free(v);
+            return NULL;
+        }
+        v[k] = value;
+    }
+    return v;
+}
+
+/* Ranks of one structure share their tables' lists, and ranks of one role their whole program:
+   each list is converted once (by identity and `field`, which stands for the bounds checked)
+   and the arrays shared. */
+static int64_t *shared_int64s(Loop *L, PyObject *list, int field, Py_ssize_t n, int64_t lo, int64_t hi, int *bad) {
+    if (!PyList_Check(list) || PyList_GET_SIZE(list) != n) {
+        *bad = 1;
+        return NULL;
+    }
+    /* (objects are 8-byte aligned: the low bits are free for the field) */
+    int64_t *slot = map_slot(&L->converted, (int64_t)(intptr_t)list | field);
+    if (!slot) return NULL;
+    if (*slot) return (int64_t *)(intptr_t)L->arrays.v[*slot - 1];
+    int64_t *v = int64s(list, n, lo, hi, bad);
+    if (!v) return NULL;
+    if (vec_push(&L->arrays, (int64_t)(intptr_t)v) < 0) {
+        PyMem_Free(v);
+        return NULL;
+    }
+    *slot = L->arrays.len;
+    return v;
+}
+
+static void free_rank(Rank *R) {
+    PyMem_Free(R->state);
+    PyMem_Free(R->rem);
+    PyMem_Free(R->more);
+    PyMem_Free(R->aux);
+    PyMem_Free(R->need);
+    PyMem_Free(R->cost);
+    PyMem_Free(R->starts);
+    PyMem_Free(R->ends);
+    PyMem_Free(R->cause);
+    for (int k = 0; k < 3; k++) PyMem_Free(R->q[k].v);
+    PyMem_Free(R->computing.v);
+}
+
+/* The dependents of nodes with several (engine.Program.more), checked to be positions. */
+static int load_more(Rank *R, PyObject *more, int *bad) {
+    Py_ssize_t n = R->n, pos = 0, found = 0, several = 0;
+    PyObject *key, *list;
+    R->more = PyMem_Calloc((size_t)(n ? n : 1), sizeof(PyObject *));
+    if (!R->more) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) several += R->next_of[i] == -2;
+    while (PyDict_Next(more, &pos, &key, &list)) {
+        Py_ssize_t j = PyLong_Check(key) ? PyLong_AsSsize_t(key) : -1;
+        if (j < 0 || j >= n || R->next_of[j] != -2 || !PyList_Check(list)) {
+            PyErr_Clear();
+            *bad = 1;
+            return 0;
+        }
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(list); k++) {
+            PyObject *x = PyList_GET_ITEM(list, k);
+            Py_ssize_t d = PyLong_Check(x) ? PyLong_AsSsize_t(x) : -1;
+            if (d < 0 || d >= n) {
+                PyErr_Clear();
+                *bad = 1;
+                return 0;
+            }
+        }
+        R->more[j] = list; /* kept alive by the caller's tuple */
+        found++;
+    }
+    if (found != several) *bad = 1;
+    return 0;
+}
+
+/* A communication node's (group or channel, issuers needed, cost), given for those nodes only
+   (`talk` lists their positions): spread over one slot per node. */
+static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *need, PyObject *cost, int *bad,
+                     int64_t *total) {
+    Py_ssize_t n = R->n, count = PyList_Check(talk) ? PyList_GET_SIZE(talk) : -1;
+    int64_t *at = NULL, *a = NULL, *k = NULL, *c = NULL;
+    int rc = -1;
+    if (count < 0) {
+        *bad = 1;
+        return 0;
+    }
+    size_t words = (size_t)(n ? n : 1) * sizeof(int64_t);
+    R->aux = PyMem_Calloc(1, words);
+    R->need = PyMem_Calloc(1, words);
+    R->cost = PyMem_Calloc(1, words);
+    if (!R->aux || !R->need || !R->cost) return -1;
+    if (!(at = int64s(talk, count, 0, n, bad)) || !(a = int64s(aux, count, 0, TIME_LIMIT, bad)) ||
+        !(k = int64s(need, count, 0, TIME_LIMIT, bad)) || !(c = int64s(cost, count, -TIME_LIMIT, TIME_LIMIT, bad))) {
+        rc = *bad ? 0 : -1;
+        goto out;
+    }
+    for (Py_ssize_t j = 0; j < count; j++) {
+        Py_ssize_t i = (Py_ssize_t)at[j];
+        int t = R->types[i];
+        if (t != T_COLL && t != T_SEND && t != T_RECV) *bad = 1;
+        if (a[j] >= (t == T_COLL ? L->ngroups : L->nchannels)) *bad = 1;
+        /* The loop only ever adds a duration or cost to a time that is a sum of others: below
+           2**62 in all, no int64 overflows. */
+        if (c[j] > 0 && c[j] >= TIME_LIMIT - *total) *bad = 1;
+        if (*bad) break;
+        if (c[j] > 0) *total += c[j];
+        R->aux[i] = a[j];
+        R->need[i] = k[j];
+        R->cost[i] = c[j];
+    }
+    rc = 0;
+out:
+    PyMem_Free(at);
+    PyMem_Free(a);
+    PyMem_Free(k);
+    PyMem_Free(c);
+    return rc;
+}
+
+/* (types, queue, durations, ndeps, next_of, more, prio, by_prio, roots, talk, aux, need, cost) */
+static int load_rank(Loop *L, Rank *R, PyObject *spec, int *bad, int64_t *total) {
+    PyObject *types, *queue, *dur, *ndeps, *next_of, *more, *prio, *by_prio, *roots, *talk, *aux, *need, *cost;
+    if (!PyArg_ParseTuple(spec, "SSOOOO!OOOOOOO", &types, &queue, &dur, &ndeps, &next_of, &PyDict_Type, &more,
+                          &prio, &by_prio, &roots, &talk, &aux, &need, &cost))
+        return -1;
+    Py_ssize_t n = R->n = PyBytes_GET_SIZE(types);
+    if (PyBytes_GET_SIZE(queue) != n || !PyList_Check(roots) || n >= L->stride) {
+        *bad = 1;
+        return 0;
+    }
+    R->types = (const uint8_t *)PyBytes_AS_STRING(types);
+    R->queue = (const uint8_t *)PyBytes_AS_STRING(queue);
+    size_t words = (size_t)(n ? n : 1) * sizeof(int64_t);
+    R->state = PyMem_Calloc((size_t)(n ? n : 1), 1);
+    R->starts = PyMem_Calloc(1, words);
+    R->ends = PyMem_Calloc(1, words);
+    R->cause = PyMem_Malloc(words);
+    R->rem = PyMem_Malloc(words);
+    if (!R->state || !R->starts || !R->ends || !R->cause || !R->rem) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) R->cause[i] = NO_CAUSE;
+    R->last[0] = R->last[1] = NO_CAUSE;
+    /* field 0: a count or a time, 1: a position or -1, -2 (next_of), 2: a position */
+#define SHARED(field, list, tag, lo, hi)                            \
+    do {                                                            \
+        R->field = shared_int64s(L, list, tag, n, lo, hi, bad);     \
+        if (!R->field) return *bad ? 0 : -1;                        \
+    } while (0)
+    SHARED(dur, dur, 0, 0, TIME_LIMIT);
+    SHARED(next_of, next_of, 1, -2, n);
+    const int64_t *counts = shared_int64s(L, ndeps, 0, n, 0, TIME_LIMIT, bad);
+    if (!counts) return *bad ? 0 : -1;
+    memcpy(R->rem, counts, words);
+    if (prio != Py_None) {
+        SHARED(prio, prio, 2, 0, n);
+        SHARED(by_prio, by_prio, 2, 0, n);
+    }
+#undef SHARED
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (R->types[i] > T_OTHER || R->queue[i] > Q_FREE || R->dur[i] >= TIME_LIMIT - *total) {
+            *bad = 1;
+            return 0;
+        }
+        *total += R->dur[i];
+    }
+    if (load_more(R, more, bad) < 0 || *bad) return *bad ? 0 : -1;
+    if (load_talk(L, R, talk, aux, need, cost, bad, total) < 0 || *bad) return *bad ? 0 : -1;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(roots); k++) {
+        PyObject *x = PyList_GET_ITEM(roots, k);
+        Py_ssize_t i = PyLong_Check(x) ? PyLong_AsSsize_t(x) : -1;
+        if (i < 0 || i >= n) {
+            PyErr_Clear();
+            *bad = 1;
+            return 0;
+        }
+        R->state[i] = S_READY;
+        if (heap_push(&R->q[R->queue[i]], R->prio ? R->prio[i] : (int64_t)i) < 0) return -1;
+    }
+    return 0;
+}
+
+static PyObject *list_of(const int64_t *v, Py_ssize_t n) {
+    PyObject *list = PyList_New(n);
+    if (!list) return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *x = PyLong_FromLongLong(v[k]);
+        if (!x) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, k, x);
+    }
+    return list;
+}
+
+static PyObject *stretches_of(const Vec *c) {
+    PyObject *list = PyList_New(c->len / 2);
+    if (!list) return NULL;
+    for (Py_ssize_t k = 0; k < c->len; k += 2) {
+        PyObject *pair = Py_BuildValue("[LL]", (long long)c->v[k], (long long)c->v[k + 1]);
+        if (!pair) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, k / 2, pair);
+    }
+    return list;
+}
+
+static PyObject *results(Loop *L) {
+    PyObject *out[4] = {PyList_New(L->nranks), PyList_New(L->nranks), PyList_New(L->nranks), PyList_New(L->nranks)};
+    for (int k = 0; k < 4; k++)
+        if (!out[k]) goto fail;
+    for (Py_ssize_t r = 0; r < L->nranks; r++) {
+        Rank *R = &L->ranks[r];
+        PyObject *made[4] = {list_of(R->starts, R->n), list_of(R->ends, R->n), list_of(R->cause, R->n),
+                             stretches_of(&R->computing)};
+        for (int k = 0; k < 4; k++) {
+            if (!made[k]) {
+                for (int j = 0; j < 4; j++) Py_XDECREF(made[j]);
+                goto fail;
+            }
+            PyList_SET_ITEM(out[k], r, made[k]);
+        }
+    }
+    return Py_BuildValue("(NNNN)", out[0], out[1], out[2], out[3]);
+fail:
+    for (int k = 0; k < 4; k++) Py_XDECREF(out[k]);
+    return NULL;
+}
+
+static void free_loop(Loop *L) {
+    for (Py_ssize_t r = 0; r < L->nranks; r++) free_rank(&L->ranks[r]);
+    PyMem_Free(L->ranks);
+    PyMem_Free(L->events.v);
+    PyMem_Free(L->counts.keys);
+    PyMem_Free(L->counts.values);
+    for (Py_ssize_t g = 0; L->pending && g < L->ngroups; g++) PyMem_Free(L->pending[g].v);
+    PyMem_Free(L->pending);
+    for (Py_ssize_t k = 0; k < L->cap_insts; k++) PyMem_Free(L->insts[k].entries.v);
+    PyMem_Free(L->insts);
+    PyMem_Free(L->free_insts.v);
+    for (Py_ssize_t c = 0; L->sends && c < L->nchannels; c++) {
+        PyMem_Free(L->sends[c].v);
+        PyMem_Free(L->recvs[c].v);
+    }
+    PyMem_Free(L->sends);
+    PyMem_Free(L->recvs);
+    for (Py_ssize_t k = 0; k < L->arrays.len; k++) PyMem_Free((void *)(intptr_t)L->arrays.v[k]);
+    PyMem_Free(L->arrays.v);
+    PyMem_Free(L->converted.keys);
+    PyMem_Free(L->converted.values);
+}
+
+static PyObject *loop_run(PyObject *self, PyObject *args) {
+    PyObject *ranks;
+    long long stride;
+    Py_ssize_t ngroups, nchannels;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!Lnn", &PyList_Type, &ranks, &stride, &ngroups, &nchannels)) return NULL;
+    Loop L;
+    memset(&L, 0, sizeof L);
+    PyObject *result = NULL;
+    int bad = 0;
+    int64_t total = 0;
+    L.nranks = PyList_GET_SIZE(ranks);
+    L.stride = stride;
+    L.ngroups = ngroups;
+    L.nchannels = nchannels;
+    if (stride < 1 || ngroups < 0 || nchannels < 0 || L.nranks >= INT32_MAX || stride >= INT32_MAX ||
+        (L.nranks && stride > TIME_LIMIT / L.nranks))
+        Py_RETURN_NONE;
+    L.ranks = PyMem_Calloc((size_t)(L.nranks ? L.nranks : 1), sizeof(Rank));
+    L.pending = PyMem_Calloc((size_t)(ngroups ? ngroups : 1), sizeof(Vec));
+    L.sends = PyMem_Calloc((size_t)(nchannels ? nchannels : 1), sizeof(Vec));
+    L.recvs = PyMem_Calloc((size_t)(nchannels ? nchannels : 1), sizeof(Vec));
+    if (!L.ranks || !L.pending || !L.sends || !L.recvs) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t r = 0; r < L.nranks; r++) {
+        PyObject *spec = PyList_GET_ITEM(ranks, r);
+        if (!PyTuple_Check(spec)) {
+            bad = 1;
+            break;
+        }
+        if (load_rank(&L, &L.ranks[r], spec, &bad, &total) < 0) goto out;
+        if (bad) break;
+    }
+    if (bad) {
+        result = Py_NewRef(Py_None);
+        goto out;
+    }
+    if (run_loop(&L) < 0) goto out;
+    for (Py_ssize_t r = 0; r < L.nranks; r++) {
+        if (L.ranks[r].done != L.ranks[r].n) { /* a rank cannot finish: Python reports why */
+            result = Py_NewRef(Py_None);
+            goto out;
+        }
+    }
+    result = results(&L);
+out:
+    free_loop(&L);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"run", loop_run, METH_VARARGS,
+     "run(ranks, stride, groups, channels) -> (starts, ends, cause, computing) or None: engine.Engine.run's "
+     "loop over the tables Engine._native_inputs makes; None when the Python loop must run instead."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_loop", "The scheduler's event loop in C.", -1, methods};
+
+PyMODINIT_FUNC PyInit__loop(void) { return PyModule_Create(&module); }
