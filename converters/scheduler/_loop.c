@@ -9,8 +9,10 @@
    instead: a rank that cannot finish (the deadlock report is Python's), a time that would not
    fit 62 bits, a table of an unexpected type.
 
-   run(ranks, stride, groups, channels) -> (starts, ends, cause, computing) or None
-   ranks: one tuple per rank position, as Engine._native_inputs makes them.
+   run(ranks, stride, groups, channels) -> (starts, ends, cause, computing, talking, traffic) or None
+   ranks: one tuple per rank position, as Engine._native_inputs makes them. Per rank position:
+   the three per-node lists; when its compute stream was busy (as engine.py's `computing`); and
+   for summary.py, when its communication ran (merged) and per traffic class (count, bytes, busy ns).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -181,6 +183,8 @@ typedef struct {
     int64_t *rem;                                  /* dependencies not yet ended */
     PyObject **more;                                /* borrowed lists where next_of is SEVERAL */
     int64_t *aux, *need, *cost;                     /* group or channel; issuers needed; cost */
+    int64_t *talk, *klass, *bytes;                  /* communication nodes' positions, traffic classes, sizes */
+    Py_ssize_t ntalk, nklass;
     int64_t *starts, *ends, *cause;
     Vec q[3];
     int busy[2];
@@ -509,6 +513,9 @@ static void free_rank(Rank *R) {
     PyMem_Free(R->aux);
     PyMem_Free(R->need);
     PyMem_Free(R->cost);
+    PyMem_Free(R->talk);
+    PyMem_Free(R->klass);
+    PyMem_Free(R->bytes);
     PyMem_Free(R->starts);
     PyMem_Free(R->ends);
     PyMem_Free(R->cause);
@@ -547,9 +554,10 @@ static int load_more(Rank *R, PyObject *more, int *bad) {
 }
 
 /* A communication node's (group or channel, issuers needed, cost), given for those nodes only
-   (`talk` lists their positions): spread over one slot per node. */
-static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *need, PyObject *cost, int *bad,
-                     int64_t *total) {
+   (`talk` lists their positions): spread over one slot per node. Its traffic class (summary.py
+   sums the busy time of each) stays beside `talk`. */
+static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *need, PyObject *cost,
+                     PyObject *klass, PyObject *bytes, int *bad, int64_t *total) {
     Py_ssize_t n = R->n, count = PyList_Check(talk) ? PyList_GET_SIZE(talk) : -1;
     int64_t *at = NULL, *a = NULL, *k = NULL, *c = NULL;
     int rc = -1;
@@ -562,7 +570,9 @@ static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *
     R->need = PyMem_Calloc(1, words);
     R->cost = PyMem_Calloc(1, words);
     if (!R->aux || !R->need || !R->cost) return -1;
-    if (!(at = int64s(talk, count, 0, n, bad)) || !(a = int64s(aux, count, 0, TIME_LIMIT, bad)) ||
+    if (!(R->klass = int64s(klass, count, -1, count, bad)) || !(R->bytes = int64s(bytes, count, 0, TIME_LIMIT, bad)) ||
+        !(at = int64s(talk, count, 0, n, bad)) ||
+        !(a = int64s(aux, count, 0, TIME_LIMIT, bad)) ||
         !(k = int64s(need, count, 0, TIME_LIMIT, bad)) || !(c = int64s(cost, count, -TIME_LIMIT, TIME_LIMIT, bad))) {
         rc = *bad ? 0 : -1;
         goto out;
@@ -580,7 +590,11 @@ static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *
         R->aux[i] = a[j];
         R->need[i] = k[j];
         R->cost[i] = c[j];
+        if (R->klass[j] >= R->nklass) R->nklass = R->klass[j] + 1;
     }
+    R->talk = at;
+    R->ntalk = count;
+    at = NULL;
     rc = 0;
 out:
     PyMem_Free(at);
@@ -590,11 +604,12 @@ out:
     return rc;
 }
 
-/* (types, queue, durations, ndeps, next_of, more, prio, by_prio, roots, talk, aux, need, cost) */
+/* (types, queue, durations, ndeps, next_of, more, prio, by_prio, roots, talk, aux, need, cost, klass, bytes) */
 static int load_rank(Loop *L, Rank *R, PyObject *spec, int *bad, int64_t *total) {
-    PyObject *types, *queue, *dur, *ndeps, *next_of, *more, *prio, *by_prio, *roots, *talk, *aux, *need, *cost;
-    if (!PyArg_ParseTuple(spec, "SSOOOO!OOOOOOO", &types, &queue, &dur, &ndeps, &next_of, &PyDict_Type, &more,
-                          &prio, &by_prio, &roots, &talk, &aux, &need, &cost))
+    PyObject *types, *queue, *dur, *ndeps, *next_of, *more, *prio, *by_prio, *roots, *talk, *aux, *need, *cost, *klass,
+        *bytes;
+    if (!PyArg_ParseTuple(spec, "SSOOOO!OOOOOOOOO", &types, &queue, &dur, &ndeps, &next_of, &PyDict_Type, &more,
+                          &prio, &by_prio, &roots, &talk, &aux, &need, &cost, &klass, &bytes))
         return -1;
     Py_ssize_t n = R->n = PyBytes_GET_SIZE(types);
     if (PyBytes_GET_SIZE(queue) != n || !PyList_Check(roots) || n >= L->stride) {
@@ -636,7 +651,7 @@ static int load_rank(Loop *L, Rank *R, PyObject *spec, int *bad, int64_t *total)
         *total += R->dur[i];
     }
     if (load_more(R, more, bad) < 0 || *bad) return *bad ? 0 : -1;
-    if (load_talk(L, R, talk, aux, need, cost, bad, total) < 0 || *bad) return *bad ? 0 : -1;
+    if (load_talk(L, R, talk, aux, need, cost, klass, bytes, bad, total) < 0 || *bad) return *bad ? 0 : -1;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(roots); k++) {
         PyObject *x = PyList_GET_ITEM(roots, k);
         Py_ssize_t i = PyLong_Check(x) ? PyLong_AsSsize_t(x) : -1;
@@ -679,25 +694,94 @@ static PyObject *stretches_of(const Vec *c) {
     return list;
 }
 
+static int by_start_then_end(const void *a, const void *b) {
+    const int64_t *x = a, *y = b;
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* When a rank's communication nodes run, as summary._merge makes it: the union of their
+   (start, end) with end > start, sorted, as a list of (start, end) tuples. */
+static PyObject *talking_of(const Rank *R) {
+    int64_t *pairs = PyMem_Malloc((size_t)(R->ntalk ? R->ntalk : 1) * 2 * sizeof(int64_t));
+    if (!pairs) return PyErr_NoMemory();
+    Py_ssize_t count = 0, merged = 0;
+    for (Py_ssize_t j = 0; j < R->ntalk; j++) {
+        Py_ssize_t i = (Py_ssize_t)R->talk[j];
+        if (R->ends[i] > R->starts[i]) {
+            pairs[2 * count] = R->starts[i];
+            pairs[2 * count + 1] = R->ends[i];
+            count++;
+        }
+    }
+    qsort(pairs, (size_t)count, 2 * sizeof(int64_t), by_start_then_end);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        int64_t a = pairs[2 * k], b = pairs[2 * k + 1];
+        if (merged && a <= pairs[2 * merged - 1]) {
+            if (b > pairs[2 * merged - 1]) pairs[2 * merged - 1] = b;
+        } else {
+            pairs[2 * merged] = a;
+            pairs[2 * merged + 1] = b;
+            merged++;
+        }
+    }
+    PyObject *list = PyList_New(merged);
+    for (Py_ssize_t k = 0; list && k < merged; k++) {
+        PyObject *pair = Py_BuildValue("(LL)", (long long)pairs[2 * k], (long long)pairs[2 * k + 1]);
+        if (!pair) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, k, pair);
+    }
+    PyMem_Free(pairs);
+    return list;
+}
+
+/* Per traffic class (count, bytes, busy ns): its nodes, their sizes and their (end - start)
+   added up; None where a sum does not fit an int64 (summary.py then sums in Python). */
+static PyObject *traffic_of(const Rank *R) {
+    int64_t *sums = PyMem_Calloc((size_t)(R->nklass ? R->nklass : 1), 3 * sizeof(int64_t));
+    if (!sums) return PyErr_NoMemory();
+    int overflow = 0;
+    for (Py_ssize_t j = 0; j < R->ntalk; j++) {
+        if (R->klass[j] < 0) continue;
+        Py_ssize_t i = (Py_ssize_t)R->talk[j];
+        int64_t *sum = &sums[3 * R->klass[j]];
+        sum[0]++;
+        overflow |= __builtin_add_overflow(sum[1], R->bytes[j], &sum[1]);
+        overflow |= __builtin_add_overflow(sum[2], R->ends[i] - R->starts[i], &sum[2]);
+    }
+    PyObject *list = overflow ? Py_NewRef(Py_None) : PyList_New(R->nklass);
+    for (Py_ssize_t k = 0; !overflow && list && k < R->nklass; k++) {
+        PyObject *row = Py_BuildValue("(LLL)", (long long)sums[3 * k], (long long)sums[3 * k + 1],
+                                      (long long)sums[3 * k + 2]);
+        if (!row) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, k, row);
+    }
+    PyMem_Free(sums);
+    return list;
+}
+
+#define OUTPUTS 6
+
 static PyObject *results(Loop *L) {
-    PyObject *out[4] = {PyList_New(L->nranks), PyList_New(L->nranks), PyList_New(L->nranks), PyList_New(L->nranks)};
-    for (int k = 0; k < 4; k++)
+    PyObject *out[OUTPUTS];
+    for (int k = 0; k < OUTPUTS; k++) out[k] = PyList_New(L->nranks);
+    for (int k = 0; k < OUTPUTS; k++)
         if (!out[k]) goto fail;
     for (Py_ssize_t r = 0; r < L->nranks; r++) {
         Rank *R = &L->ranks[r];
-        PyObject *made[4] = {list_of(R->starts, R->n), list_of(R->ends, R->n), list_of(R->cause, R->n),
-                             stretches_of(&R->computing)};
-        for (int k = 0; k < 4; k++) {
+        PyObject *made[OUTPUTS] = {list_of(R->starts, R->n), list_of(R->ends, R->n), list_of(R->cause, R->n),
+                                   stretches_of(&R->computing), talking_of(R), traffic_of(R)};
+        for (int k = 0; k < OUTPUTS; k++) {
             if (!made[k]) {
-                for (int j = 0; j < 4; j++) Py_XDECREF(made[j]);
+                for (int j = 0; j < OUTPUTS; j++) Py_XDECREF(made[j]);
                 goto fail;
             }
             PyList_SET_ITEM(out[k], r, made[k]);
         }
     }
-    return Py_BuildValue("(NNNN)", out[0], out[1], out[2], out[3]);
+    return Py_BuildValue("(NNNNNN)", out[0], out[1], out[2], out[3], out[4], out[5]);
 fail:
-    for (int k = 0; k < 4; k++) Py_XDECREF(out[k]);
+    for (int k = 0; k < OUTPUTS; k++) Py_XDECREF(out[k]);
     return NULL;
 }
 
@@ -778,7 +862,7 @@ out:
 
 static PyMethodDef methods[] = {
     {"run", loop_run, METH_VARARGS,
-     "run(ranks, stride, groups, channels) -> (starts, ends, cause, computing) or None: engine.Engine.run's "
+     "run(ranks, stride, groups, channels) -> (starts, ends, cause, computing, talking, traffic) or None: engine.Engine.run's "
      "loop over the tables Engine._native_inputs makes; None when the Python loop must run instead."},
     {NULL, NULL, 0, NULL},
 };

@@ -307,6 +307,10 @@ class Engine:
         self.runs = runs  # set runs of compute nodes at once (Program._find_runs); False: node by node
         # The loop in C where it was built (_loop.c); False, or runs=False, runs the Python loop.
         self.native = native and runs
+        # Set by the C loop for summary.py, per position: when its communication ran (merged
+        # stretches) and its traffic per (group, type) as (first node, count, bytes, busy ns).
+        self.talking: list[list[tuple[int, int]]] | None = None
+        self.traffic: list[list[tuple[int, int, int, int]]] | None = None
         self.net = network
         self.q = quotient
         # With a quotient only the representatives run; position r is then class r.
@@ -417,68 +421,93 @@ class Engine:
         inputs = self._native_inputs()
         if inputs is None:
             return None
-        specs, groups, channels = inputs
+        specs, groups, channels, firsts = inputs
         progs = self.progs
         stride = max((len(p.nodes) for p in progs), default=0) + 1
         out = _loop.run(specs, stride, groups, channels)
         if out is None:
             return None
-        starts, ends, cause, self.computing = out
+        starts, ends, cause, self.computing, self.talking, traffic = out
+        if None not in traffic:  # (a sum past 64 bits: summary.py sums in Python)
+            self.traffic = [[(i, *sums) for i, sums in zip(first, classes)] for first, classes in zip(firsts, traffic)]
         self.stride = stride
         self.state = [bytearray([S_DONE]) * len(p.nodes) for p in progs]
         self.done = [len(p.nodes) for p in progs]
         self._pending_instances, self._recvs_waiting = {}, {}
         return starts, ends, cause
 
-    def _native_inputs(self) -> tuple[list[tuple], int, int] | None:
-        """Per rank position, its program's tables and, per node, what the Python loop looks up
-        when it issues the node: a collective's instance group (numbered), issuers needed and
-        cost; a send's or receive's channel (numbered) and a send's cost. None when a lookup
-        raises: the Python loop raises it only if it reaches the node (a deadlock can come first)."""
+    def _native_inputs(self) -> tuple[list[tuple], int, int, list[list[int]]] | None:
+        """Per rank position, its program's tables and those of its communication nodes
+        (`_talk_tables`); the numbers of instance groups and of channels; and per position the
+        first node of each traffic class. None when a lookup raises: the Python loop raises it
+        only if it reaches the node (a deadlock can come first)."""
         groups: dict[Any, int] = {}
         channels: dict[tuple, int] = {}
-        specs = []
+        specs, firsts = [], []
         try:
             for r, prog in enumerate(self.progs):
-                nodes, types = prog.nodes, prog.types
-                talk = indices(types, IS_TALK)
-                aux, need, cost = [], [], []
-                by_group, send_costs = {}, {}  # (this position's) node.group -> (number, needed, costs, info)
-                for i in talk:
-                    node = nodes[i]
-                    if types[i] == T_COLL:
-                        found = by_group.get(node.group)
-                        if found is None:
-                            info = self.coll_info(r, node)
-                            found = by_group[node.group] = (groups.setdefault(info[0], len(groups)), info[1], info[5],
-                                                            info)
-                        number, needed, costs, info = found
-                        cost_key = (node.coll, node.size)
-                        ns = costs.get(cost_key)
-                        if ns is None:
-                            ns = costs[cost_key] = self.net.collective_ns(node.coll, node.size, *info[2:5])
-                        aux.append(number)
-                        need.append(needed)
-                        cost.append(ns)
-                        continue
-                    sending = types[i] == T_SEND
-                    aux.append(channels.setdefault(self.channel_key(r, node, sending), len(channels)))
-                    need.append(0)
-                    if sending:
-                        cost_key = (node.group, node.peer, node.size)
-                        ns = send_costs.get(cost_key)
-                        if ns is None:
-                            ns = send_costs[cost_key] = self.send_ns(r, node)
-                        cost.append(ns)
-                    else:
-                        cost.append(0)
+                talk, first = self._talk_tables(r, prog, groups, channels)
                 ascending = prog.ascending
-                specs.append((types, prog.queue, prog.durations, prog.ndeps, prog.next_of, prog.more,
+                specs.append((prog.types, prog.queue, prog.durations, prog.ndeps, prog.next_of, prog.more,
                               None if ascending else prog.prio, None if ascending else prog.by_prio, prog.roots(),
-                              talk, aux, need, cost))
+                              *talk))
+                firsts.append(first)
         except Exception:  # noqa: BLE001 (whatever it is, the Python loop meets it, or not, as it always did)
             return None
-        return specs, len(groups), len(channels)
+        return specs, len(groups), len(channels), firsts
+
+    def _talk_tables(self, r: int, prog: Program, groups: dict, channels: dict) -> tuple[tuple[list[int], ...], list[int]]:
+        """Position r's communication nodes and, for each, what the Python loop looks up when it
+        issues it: a collective's instance group (numbered in `groups`), issuers needed and cost;
+        a send's or receive's channel (numbered in `channels`) and a send's cost. And, for the
+        summary, its traffic class (summary._gather_traffic's gathering by group and type; -1
+        for a receive) and its bytes; with the first node of each class."""
+        nodes, types = prog.nodes, prog.types
+        talk = indices(types, IS_TALK)
+        aux, need, cost, klass, sizes, first = [], [], [], [], [], []
+        by_group: dict[Any, tuple] = {}  # node.group -> (number, needed, costs, coll_info, class) of collectives
+        send_costs: dict[tuple, int] = {}
+        classes: dict[tuple, int] = {}  # (node.group, type) -> class of sends
+        for i in talk:
+            node = nodes[i]
+            typ = types[i]
+            size = node.size
+            if typ == T_COLL:
+                found = by_group.get(node.group)
+                if found is None:
+                    info = self.coll_info(r, node)
+                    first.append(i)
+                    found = by_group[node.group] = (groups.setdefault(info[0], len(groups)), info[1], info[5], info,
+                                                    len(first) - 1)
+                number, needed, costs, info, kind = found
+                ns = costs.get((node.coll, size))
+                if ns is None:
+                    ns = costs[(node.coll, size)] = self.net.collective_ns(node.coll, size, *info[2:5])
+                aux.append(number)
+                need.append(needed)
+                cost.append(ns)
+                klass.append(kind)
+                sizes.append(size)
+                continue
+            sending = typ == T_SEND
+            aux.append(channels.setdefault(self.channel_key(r, node, sending), len(channels)))
+            need.append(0)
+            if sending:
+                ns = send_costs.get((node.group, node.peer, size))
+                if ns is None:
+                    ns = send_costs[(node.group, node.peer, size)] = self.send_ns(r, node)
+                kind = classes.get((node.group, typ))
+                if kind is None:
+                    first.append(i)
+                    kind = classes[(node.group, typ)] = len(first) - 1
+                cost.append(ns)
+                klass.append(kind)
+                sizes.append(size)
+            else:
+                cost.append(0)
+                klass.append(-1)
+                sizes.append(0)
+        return (talk, aux, need, cost, klass, sizes), first
 
     def _python_run(self) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
         """The loop in Python: the specification _loop.c follows."""
@@ -625,6 +654,12 @@ class Engine:
             after another from `end`; the last node and its end, for the one event kept."""
             order, durations = prog.compute_order, prog.durations
             last_place = prog.run_from(c)
+            # A last node of no duration would end at the time it starts: node by node, its end
+            # comes in a later batch of that time than the one that starts it; kept here, it would
+            # be released with that batch, and a rank could then issue a collective in an earlier
+            # batch than the node-by-node loop (another member's cause). It starts on its own.
+            while last_place > c and not durations[order[last_place]]:
+                last_place -= 1
             if last_place > c and prog.ascending and order[last_place] - i == last_place - c:
                 # The run is nodes i .. last: set it with slices.
                 last = order[last_place]

@@ -34,7 +34,8 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
             talk = talk_of[id(prog.types)] = (indices(prog.types, IS_TALK), indices(prog.types, IS_COLL_OR_SEND))
         key = id(starts[r])
         if key not in cache:
-            cache[key] = _breakdown(prog, starts[r], ends[r], engine.computing[r], talk[0])
+            talking = engine.talking[r] if engine.talking is not None else None
+            cache[key] = _breakdown(prog, starts[r], ends[r], engine.computing[r], talk[0], talking)
         finishes.append(cache[key]["finish_ns"])
         members = engine.class_members(r)
         for rank in members:
@@ -50,15 +51,17 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
     }
 
 
-def _breakdown(prog, st: list[int], en: list[int], computing: list[list[int]], talk_nodes: list[int]) -> dict[str, int]:
+def _breakdown(prog, st: list[int], en: list[int], computing: list[list[int]], talk_nodes: list[int],
+               talking: list[tuple[int, int]] | None = None) -> dict[str, int]:
     """`computing`: the engine's record of when the rank's compute stream was busy (sorted,
     touching stretches joined); memory nodes, which run beside it, are added when there are any.
-    `talk_nodes`: the program's communication nodes."""
+    `talk_nodes`: the program's communication nodes; `talking`, when the engine's C loop gave it,
+    their stretches already merged."""
     memory_nodes = _memory_nodes(prog)
     busy = computing
     if memory_nodes:
         busy = _merge([(a, b) for a, b in computing] + [(st[i], en[i]) for i in memory_nodes if en[i] > st[i]])
-    talk = _merge([(st[i], en[i]) for i in talk_nodes if en[i] > st[i]])
+    talk = talking if talking is not None else _merge([(st[i], en[i]) for i in talk_nodes if en[i] > st[i]])
     finish = max(en, default=0)
     compute = sum(b - a for a, b in busy)
     exposed = _measure_outside(talk, busy)
@@ -107,10 +110,24 @@ def _add_traffic(comm: dict[str, dict[str, int]], engine: Engine, r: int, st: li
     """Collectives and sends per group kind: node count, bytes and busy time (summed over ranks;
     `copies` ranks share this timeline). `coll_or_send`: the program's collectives and sends."""
     rank = engine.ranks[r]
-    prog = engine.progs[r]
+    nodes = engine.progs[r].nodes
+    gathered = engine.traffic[r] if engine.traffic is not None else _gather_traffic(engine.progs[r], st, en, coll_or_send)
+    for first, count, size, busy in gathered:
+        node = nodes[first]
+        kind = engine.kind_of(rank.group_of(node), node)
+        row = comm.get(kind)
+        if row is None:
+            row = comm[kind] = {"ops": 0, "bytes": 0, "busy_ns": 0}
+        row["ops"] += count * copies
+        row["bytes"] += size * copies
+        row["busy_ns"] += busy * copies
+
+
+def _gather_traffic(prog, st: list[int], en: list[int], coll_or_send: list[int]) -> list[tuple[int, int, int, int]]:
+    """(first node, count, bytes, busy ns) of the collectives and sends of each (group, type): the
+    kind depends on the rank's group for the node's and on sending or not only, so the nodes are
+    gathered by those first, then each gathering is summed at once (the C loop gives the same)."""
     nodes, types = prog.nodes, prog.types
-    # The kind depends on the rank's group for the node's and on sending or not only: the
-    # nodes are gathered by (group, type) first, then each gathering is summed at once.
     gathered: dict[tuple, list[int]] = {}
     for i in coll_or_send:
         key = (nodes[i].group, types[i])
@@ -119,15 +136,8 @@ def _add_traffic(comm: dict[str, dict[str, int]], engine: Engine, r: int, st: li
             gathered[key] = [i]
         else:
             places.append(i)
-    for places in gathered.values():
-        node = nodes[places[0]]
-        kind = engine.kind_of(rank.group_of(node), node)
-        row = comm.get(kind)
-        if row is None:
-            row = comm[kind] = {"ops": 0, "bytes": 0, "busy_ns": 0}
-        row["ops"] += len(places) * copies
-        row["bytes"] += sum([nodes[i].size for i in places]) * copies
-        row["busy_ns"] += (sum(map(en.__getitem__, places)) - sum(map(st.__getitem__, places))) * copies
+    return [(places[0], len(places), sum([nodes[i].size for i in places]),
+             sum(map(en.__getitem__, places)) - sum(map(st.__getitem__, places))) for places in gathered.values()]
 
 
 def critical_path(engine: Engine, starts, ends, cause, finishes: list[int] | None = None) -> dict[str, Any]:
