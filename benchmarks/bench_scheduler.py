@@ -4,6 +4,7 @@
     python benchmarks/bench_scheduler.py --every-rank    # also time scheduling every rank (slow)
     python benchmarks/bench_scheduler.py --stats-only    # only `et-convert stats` on the measured Chakra set
     python benchmarks/bench_scheduler.py --phases --distinct-sizes 1024   # where the synthetic job's time goes
+    python benchmarks/bench_scheduler.py --python-loop   # also each schedule with the Python loop, and the ratio
 
 SimAI: `samples/simai_tp8_pp16_1024gpu.txt` with its header rewritten to 8 ranks (TP 8, PP 1),
 64 (TP 8, PP 8), 512 and 1024 (TP 8, PP 16). Ranks of one pipeline stage share one node list,
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+from contextlib import contextmanager
 import os
 import re
 import subprocess
@@ -49,6 +51,7 @@ from converters.api import read  # noqa: E402
 from converters.diagnostics import Diagnostics  # noqa: E402
 from converters.model import CollType, ExecutionTrace, Rank  # noqa: E402
 from converters.scheduler import network_for, schedule  # noqa: E402
+from converters.scheduler import engine as engine_module  # noqa: E402
 from converters.scheduler.engine import Engine  # noqa: E402
 
 SIMAI = ROOT / "samples" / "simai_tp8_pp16_1024gpu.txt"
@@ -98,7 +101,17 @@ def synthetic(ranks: int, layers: int = 40, microbatches: int = 8, stages: int =
     return trace
 
 
-def timed(label: str, trace: ExecutionTrace, every_rank: bool, runs: int) -> None:
+@contextmanager
+def python_loop():
+    """Schedule with the Python loop (engine.Engine._python_run), as without the C module."""
+    saved, engine_module._loop = engine_module._loop, None
+    try:
+        yield
+    finally:
+        engine_module._loop = saved
+
+
+def timed(label: str, trace: ExecutionTrace, every_rank: bool, runs: int, python_too: bool = False) -> None:
     nodes = trace.node_count()
     took = cpu = float("inf")
     for _ in range(runs):
@@ -108,6 +121,15 @@ def timed(label: str, trace: ExecutionTrace, every_rank: bool, runs: int) -> Non
     reps = timeline.parameters.get("representatives")
     print(f"{label:<22}{len(trace.ranks):>6} ranks {nodes:>10,} nodes  {took:7.2f} s  "
           f"{nodes / took:>12,.0f} node events/s  (CPU {nodes / max(cpu, 1e-9):>10,.0f}/s; {reps} simulated ranks)")
+    if python_too and engine_module._loop is not None:
+        slow = float("inf")
+        with python_loop():
+            for _ in range(runs):
+                began = time.process_time()
+                schedule(trace)
+                slow = min(slow, time.process_time() - began)
+        print(f"{'  Python loop':<22}{'':>6}       {'':>10}         {'':>7}    {'':>12}                "
+              f"(CPU {nodes / max(slow, 1e-9):>10,.0f}/s: the C loop's schedule {slow / max(cpu, 1e-9):.1f}x faster)")
     if every_rank and reps != len(trace.ranks):
         start = time.perf_counter()
         Engine(trace, network_for(None)).run()
@@ -165,7 +187,7 @@ def child_cpu(argv: list[str]) -> tuple[float, float]:
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def bench_stats(work: Path, runs: int) -> None:
+def bench_stats(work: Path, runs: int, python_too: bool = False) -> None:
     # Children first: a child's peak RSS starts from its parent's (Linux), so nothing big is read before.
     folders = {label: measured_chakra_set(work, jitter) for label, jitter in (("", 0), (", jitter 5", 5))}
     measured = {label: min(child_cpu([str(BIN / "et-convert"), "stats", str(folder)]) for _ in range(runs))
@@ -178,7 +200,7 @@ def bench_stats(work: Path, runs: int) -> None:
               f"{nodes / cpu / 1e6:5.2f} M nodes/s (reading, {trace.timing} times, printing; target 1 M)  {rss:4.0f} MB RSS")
         # The set keeps the logs' measured times, which `stats` shows as they are: the scheduler
         # on the same graph (what `validate`'s dry run, `report`'s sweeps and `simulate` run)
-        timed(f"  scheduled{label}", trace, False, runs)
+        timed(f"  scheduled{label}", trace, False, runs, python_too)
         del trace
 
 
@@ -191,7 +213,11 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work", help="where the stats set is kept")
     parser.add_argument("--stats-only", action="store_true", help="only time stats on the measured Chakra set")
     parser.add_argument("--phases", action="store_true", help="only the synthetic job, each step of the scheduler timed")
+    parser.add_argument("--python-loop", action="store_true",
+                        help="also time each schedule with the Python loop (the C loop's ratio)")
     args = parser.parse_args()
+    print("event loop:", "C (converters/scheduler/_loop.c)" if engine_module._loop is not None
+          else "Python (the C module was not built)")
     args.work.mkdir(parents=True, exist_ok=True)
     if args.phases:
         for ranks in (int(s) for s in args.distinct_sizes.split(",")):
@@ -201,18 +227,18 @@ def main() -> None:
             phases(trace, args.runs)
             del trace
         return
-    bench_stats(args.work, args.runs)
+    bench_stats(args.work, args.runs, args.python_loop)
     if not args.stats_only:
         sizes = [int(s) for s in args.sizes.split(",")]
         with tempfile.TemporaryDirectory() as folder:
             for ranks in sizes:
                 if ranks in SIMAI_SHAPES:
                     trace = read(simai_at(ranks, Path(folder)), "simai", diagnostics=Diagnostics())
-                    timed("simai sample", trace, args.every_rank, args.runs)
+                    timed("simai sample", trace, args.every_rank, args.runs, args.python_loop)
         for ranks in (int(s) for s in args.distinct_sizes.split(",")):
             trace = synthetic(ranks)
             gc.collect()
-            timed("synthetic (distinct)", trace, False, args.runs)
+            timed("synthetic (distinct)", trace, False, args.runs, args.python_loop)
             del trace
 
 

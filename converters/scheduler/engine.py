@@ -36,6 +36,14 @@ with a bucket of nodes per time (ints compare faster than tuples; the members of
 end together under one entry). tests/test_scheduler_tables.py checks each form against the
 plain per-node rule.
 
+The loop in C (`_loop.c`, built by setup.py where a compiler is) follows `Engine._python_run`
+node by node, the plain rule the runs above reproduce; what needs Python (groups, costs, channel
+keys) is looked up once per communication node before it runs (`_native_inputs`), and it adds
+up what the summary needs (merged communication stretches, traffic per group and type). It
+declines, and the Python loop runs, wherever the Python loop would raise or stall: its error
+or deadlock report is then the same as without the C module. tests/test_scheduler_c.py holds
+the two loops to the same starts, ends, causes and summary.
+
 For every node the loop also records its *cause*, the node whose end let it start (its last
 dependency, the previous node on its stream, the last member to issue a collective, or the
 send of a receive); following causes back from the last node gives the critical path.
