@@ -75,95 +75,51 @@ static int64_t heap_pop(Vec *h) {
     return top;
 }
 
-/* ------------------------------------------------------------------ ends to come
-
-   engine.py keeps a heap of distinct times and, per time, the nodes ending then in the order
-   they were set. Ordering events by (time, order set) and taking every event of the earliest
-   time before handling any is the same thing. */
-
-typedef struct {
-    int64_t t, seq;
-    int32_t r, i;
-} Event;
-
-typedef struct {
-    Event *v;
-    Py_ssize_t len, cap;
-    int64_t seq;
-} Events;
-
-static inline int event_before(const Event *a, const Event *b) {
-    return a->t < b->t || (a->t == b->t && a->seq < b->seq);
-}
-
-static int events_push(Events *h, int64_t t, Py_ssize_t r, Py_ssize_t i) {
-    if (h->len == h->cap) {
-        Py_ssize_t cap = h->cap ? h->cap * 2 : 64;
-        Event *v = PyMem_Realloc(h->v, (size_t)cap * sizeof(Event));
-        if (!v) return -1;
-        h->v = v;
-        h->cap = cap;
-    }
-    Event e = {t, h->seq++, (int32_t)r, (int32_t)i};
-    Py_ssize_t k = h->len++;
-    while (k > 0) {
-        Py_ssize_t up = (k - 1) / 2;
-        if (!event_before(&e, &h->v[up])) break;
-        h->v[k] = h->v[up];
-        k = up;
-    }
-    h->v[k] = e;
-    return 0;
-}
-
-static Event events_pop(Events *h) {
-    Event top = h->v[0], x = h->v[--h->len];
-    Py_ssize_t k = 0, n = h->len;
-    for (;;) {
-        Py_ssize_t c = 2 * k + 1;
-        if (c >= n) break;
-        if (c + 1 < n && event_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!event_before(&h->v[c], &x)) break;
-        h->v[k] = h->v[c];
-        k = c;
-    }
-    if (n) h->v[k] = x;
-    return top;
-}
-
 /* ------------------------------------------------------------------ int64 -> int64 map
-   (a rank's count of collectives issued per group: key rank * groups + group) */
+
+   Keys are >= 0 (-1 marks a free slot): a rank's count of collectives issued per group (key
+   rank * groups + group), the bucket of an end time, a converted list (its address). Open
+   addressing with linear probing; the home slot is the top bits of key * 2**64/phi (Fibonacci
+   hashing: times that are multiples of 1000 spread as well as any). */
 
 typedef struct {
     int64_t *keys, *values;
     Py_ssize_t used, cap;
+    int shift; /* 64 - log2(cap) */
 } Map;
 
-static int64_t *map_slot(Map *m, int64_t key) {
-    if (2 * (m->used + 1) > m->cap) {
-        Py_ssize_t cap = m->cap ? m->cap * 2 : 64;
-        int64_t *keys = PyMem_Malloc((size_t)cap * sizeof(int64_t));
-        int64_t *values = PyMem_Malloc((size_t)cap * sizeof(int64_t));
-        if (!keys || !values) {
-            PyMem_Free(keys);
-            PyMem_Free(values);
-            return NULL;
-        }
-        for (Py_ssize_t j = 0; j < cap; j++) keys[j] = -1;
-        for (Py_ssize_t j = 0; j < m->cap; j++) {
-            if (m->keys[j] < 0) continue;
-            Py_ssize_t s = (Py_ssize_t)((uint64_t)m->keys[j] * 0x9E3779B97F4A7C15ull >> 1) & (cap - 1);
-            while (keys[s] >= 0) s = (s + 1) & (cap - 1);
-            keys[s] = m->keys[j];
-            values[s] = m->values[j];
-        }
-        PyMem_Free(m->keys);
-        PyMem_Free(m->values);
-        m->keys = keys;
-        m->values = values;
-        m->cap = cap;
+static inline Py_ssize_t map_home(const Map *m, int64_t key) {
+    return (Py_ssize_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> m->shift);
+}
+
+static int map_grow(Map *m) {
+    Py_ssize_t cap = m->cap ? m->cap * 2 : 64;
+    int64_t *keys = PyMem_Malloc((size_t)cap * sizeof(int64_t));
+    int64_t *values = PyMem_Malloc((size_t)cap * sizeof(int64_t));
+    if (!keys || !values) {
+        PyMem_Free(keys);
+        PyMem_Free(values);
+        return -1;
     }
-    Py_ssize_t s = (Py_ssize_t)((uint64_t)key * 0x9E3779B97F4A7C15ull >> 1) & (m->cap - 1);
+    Map bigger = {keys, values, m->used, cap, m->cap ? m->shift - 1 : 58};
+    for (Py_ssize_t j = 0; j < cap; j++) keys[j] = -1;
+    for (Py_ssize_t j = 0; j < m->cap; j++) {
+        if (m->keys[j] < 0) continue;
+        Py_ssize_t s = map_home(&bigger, m->keys[j]);
+        while (keys[s] >= 0) s = (s + 1) & (cap - 1);
+        keys[s] = m->keys[j];
+        values[s] = m->values[j];
+    }
+    PyMem_Free(m->keys);
+    PyMem_Free(m->values);
+    *m = bigger;
+    return 0;
+}
+
+/* The value of `key`, made 0 when it is new; NULL when out of memory. */
+static int64_t *map_slot(Map *m, int64_t key) {
+    if (2 * (m->used + 1) > m->cap && map_grow(m) < 0) return NULL;
+    Py_ssize_t s = map_home(m, key);
     while (m->keys[s] >= 0 && m->keys[s] != key) s = (s + 1) & (m->cap - 1);
     if (m->keys[s] < 0) {
         m->keys[s] = key;
@@ -171,6 +127,29 @@ static int64_t *map_slot(Map *m, int64_t key) {
         m->used++;
     }
     return &m->values[s];
+}
+
+/* Remove `key` and give its value (-1 when absent). The entries after it that may move back
+   toward their home slot do, so that no probe meets a hole before its key. */
+static int64_t map_take(Map *m, int64_t key) {
+    if (!m->cap) return -1;
+    Py_ssize_t mask = m->cap - 1, hole = map_home(m, key);
+    while (m->keys[hole] != key) {
+        if (m->keys[hole] < 0) return -1;
+        hole = (hole + 1) & mask;
+    }
+    int64_t value = m->values[hole];
+    for (Py_ssize_t j = (hole + 1) & mask; m->keys[j] >= 0; j = (j + 1) & mask) {
+        Py_ssize_t home = map_home(m, m->keys[j]);
+        if (((j - home) & mask) >= ((j - hole) & mask)) { /* the hole lies between its home and it */
+            m->keys[hole] = m->keys[j];
+            m->values[hole] = m->values[j];
+            hole = j;
+        }
+    }
+    m->keys[hole] = -1;
+    m->used--;
+    return value;
 }
 
 /* ------------------------------------------------------------------ the loop's state */
@@ -202,7 +181,13 @@ typedef struct {
     Rank *ranks;
     Py_ssize_t nranks, ngroups, nchannels;
     int64_t stride;
-    Events events;
+    /* Ends to come, as engine.py keeps them: a heap of distinct times, and per time a bucket
+       of the nodes that end then (rank, node, ...) in the order they were set. */
+    Vec times;
+    Map when; /* time -> 1 + its bucket */
+    Vec *buckets;
+    Py_ssize_t nbuckets;
+    Vec free_buckets;
     Map counts;
     Vec *pending;  /* per group: indices into insts of its instances waiting for issuers */
     Instance *insts;
@@ -213,8 +198,26 @@ typedef struct {
     Vec arrays;         /* the int64 arrays converted from lists, as addresses */
 } Loop;
 
+static Py_ssize_t new_bucket(Loop *L) {
+    if (L->free_buckets.len) return (Py_ssize_t)L->free_buckets.v[--L->free_buckets.len];
+    Vec *v = PyMem_Realloc(L->buckets, (size_t)(L->nbuckets + 1) * sizeof(Vec));
+    if (!v) return -1;
+    memset(&v[L->nbuckets], 0, sizeof(Vec));
+    L->buckets = v;
+    return L->nbuckets++;
+}
+
+/* Node i of rank position r ends at `end` (>= 0: times never go below 0). */
 static int push_end(Loop *L, int64_t end, Py_ssize_t r, Py_ssize_t i) {
-    return events_push(&L->events, end, r, i);
+    int64_t *slot = map_slot(&L->when, end);
+    if (!slot) return -1;
+    if (!*slot) {
+        Py_ssize_t b = new_bucket(L);
+        if (b < 0 || heap_push(&L->times, end) < 0) return -1;
+        *slot = b + 1;
+    }
+    Vec *bucket = &L->buckets[*slot - 1];
+    return vec_push(bucket, r) < 0 || vec_push(bucket, i) < 0 ? -1 : 0;
 }
 
 static int finish_recv(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t posted, int64_t sent, int64_t arrived,
@@ -415,44 +418,42 @@ static int ascending(const void *a, const void *b) {
 
 static int run_loop(Loop *L) {
     Py_ssize_t nranks = L->nranks;
-    Vec batch = {0}, dirty = {0};
+    Vec dirty = {0};
     uint8_t *dirty_flag = PyMem_Calloc((size_t)nranks + 1, 1);
     int rc = -1;
     if (!dirty_flag) goto out;
     for (Py_ssize_t r = 0; r < nranks; r++)
         if (issue(L, r, 0) < 0) goto out;
-    while (L->events.len) {
+    while (L->times.len) {
         /* Every node ending at t is released before any rank issues at t; ranks then issue in
-           position order. */
-        int64_t t = L->events.v[0].t;
-        batch.len = 0;
-        while (L->events.len && L->events.v[0].t == t) {
-            Event e = events_pop(&L->events);
-            if (vec_push(&batch, e.r) < 0 || vec_push(&batch, e.i) < 0) goto out;
-        }
-        if (batch.len == 2) {
-            if (release(L, (Py_ssize_t)batch.v[0], (Py_ssize_t)batch.v[1]) < 0) goto out;
-            if (issue(L, (Py_ssize_t)batch.v[0], t) < 0) goto out;
-            continue;
-        }
-        dirty.len = 0;
-        for (Py_ssize_t k = 0; k < batch.len; k += 2) {
-            Py_ssize_t r = (Py_ssize_t)batch.v[k];
-            if (release(L, r, (Py_ssize_t)batch.v[k + 1]) < 0) goto out;
-            if (!dirty_flag[r]) {
-                dirty_flag[r] = 1;
-                if (vec_push(&dirty, r) < 0) goto out;
+           position order. What ends at t meanwhile goes in a new bucket, for a later round. */
+        int64_t t = heap_pop(&L->times);
+        Py_ssize_t b = (Py_ssize_t)map_take(&L->when, t) - 1;
+        Vec *batch = &L->buckets[b];
+        if (batch->len == 2) {
+            Py_ssize_t r = (Py_ssize_t)batch->v[0];
+            if (release(L, r, (Py_ssize_t)batch->v[1]) < 0 || issue(L, r, t) < 0) goto out;
+        } else {
+            dirty.len = 0;
+            for (Py_ssize_t k = 0; k < batch->len; k += 2) { /* (releasing adds no end) */
+                Py_ssize_t r = (Py_ssize_t)batch->v[k];
+                if (release(L, r, (Py_ssize_t)batch->v[k + 1]) < 0) goto out;
+                if (!dirty_flag[r]) {
+                    dirty_flag[r] = 1;
+                    if (vec_push(&dirty, r) < 0) goto out;
+                }
+            }
+            qsort(dirty.v, (size_t)dirty.len, sizeof(int64_t), ascending);
+            for (Py_ssize_t k = 0; k < dirty.len; k++) {
+                dirty_flag[dirty.v[k]] = 0;
+                if (issue(L, (Py_ssize_t)dirty.v[k], t) < 0) goto out;
             }
         }
-        qsort(dirty.v, (size_t)dirty.len, sizeof(int64_t), ascending);
-        for (Py_ssize_t k = 0; k < dirty.len; k++) {
-            dirty_flag[dirty.v[k]] = 0;
-            if (issue(L, (Py_ssize_t)dirty.v[k], t) < 0) goto out;
-        }
+        L->buckets[b].len = 0; /* (issuing may have moved the buckets) */
+        if (vec_push(&L->free_buckets, b) < 0) goto out;
     }
     rc = 0;
 out:
-    PyMem_Free(batch.v);
     PyMem_Free(dirty.v);
     PyMem_Free(dirty_flag);
     if (rc < 0 && !PyErr_Occurred()) PyErr_NoMemory();
@@ -581,6 +582,7 @@ static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *
         Py_ssize_t i = (Py_ssize_t)at[j];
         int t = R->types[i];
         if (t != T_COLL && t != T_SEND && t != T_RECV) *bad = 1;
+        if (t == T_SEND && c[j] < 0) *bad = 1; /* (an end before its start: times must not go below 0) */
         if (a[j] >= (t == T_COLL ? L->ngroups : L->nchannels)) *bad = 1;
         /* The loop only ever adds a duration or cost to a time that is a sum of others: below
            2**62 in all, no int64 overflows. */
@@ -788,7 +790,12 @@ fail:
 static void free_loop(Loop *L) {
     for (Py_ssize_t r = 0; r < L->nranks; r++) free_rank(&L->ranks[r]);
     PyMem_Free(L->ranks);
-    PyMem_Free(L->events.v);
+    PyMem_Free(L->times.v);
+    PyMem_Free(L->when.keys);
+    PyMem_Free(L->when.values);
+    for (Py_ssize_t b = 0; b < L->nbuckets; b++) PyMem_Free(L->buckets[b].v);
+    PyMem_Free(L->buckets);
+    PyMem_Free(L->free_buckets.v);
     PyMem_Free(L->counts.keys);
     PyMem_Free(L->counts.values);
     for (Py_ssize_t g = 0; L->pending && g < L->ngroups; g++) PyMem_Free(L->pending[g].v);
