@@ -16,6 +16,7 @@
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,17 +155,24 @@ static int64_t map_take(Map *m, int64_t key) {
 
 /* ------------------------------------------------------------------ the loop's state */
 
+/* What the loop keeps of a node, together: the loop reads and writes most of it each time it
+   meets the node, and one cache line holds it (separate arrays made 4096 ranks 4x slower per
+   node than 1024: a miss per array). */
+typedef struct {
+    int64_t start, end, cause;
+    int64_t dur, cost, next; /* next: engine.Program.next_of */
+    int32_t rem;             /* dependencies not yet ended */
+    int32_t aux, need;       /* group or channel; issuers needed */
+    uint8_t state, type, queue;
+} Slot;
+
 typedef struct {
     Py_ssize_t n;
-    const uint8_t *types, *queue;
-    uint8_t *state;
-    const int64_t *dur, *next_of, *prio, *by_prio; /* shared (Loop.arrays); prio, by_prio NULL: ascending ids */
-    int64_t *rem;                                  /* dependencies not yet ended */
-    PyObject **more;                                /* borrowed lists where next_of is SEVERAL */
-    int64_t *aux, *need, *cost;                     /* group or channel; issuers needed; cost */
-    int64_t *talk, *klass, *bytes;                  /* communication nodes' positions, traffic classes, sizes */
+    Slot *node;
+    const int64_t *prio, *by_prio; /* shared (Loop.arrays); NULL: ascending ids */
+    PyObject **more;               /* borrowed lists where next is SEVERAL */
+    int64_t *talk, *klass, *bytes; /* communication nodes' positions, traffic classes, sizes */
     Py_ssize_t ntalk, nklass;
-    int64_t *starts, *ends, *cause;
     Vec q[3];
     int busy[2];
     int64_t last[2];
@@ -223,9 +231,9 @@ static int push_end(Loop *L, int64_t end, Py_ssize_t r, Py_ssize_t i) {
 static int finish_recv(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t posted, int64_t sent, int64_t arrived,
                        int64_t sr, int64_t si) {
     Rank *R = &L->ranks[r];
-    R->starts[i] = sent > posted ? sent : posted;
-    int64_t end = R->ends[i] = arrived > posted ? arrived : posted;
-    if (arrived >= posted) R->cause[i] = sr * L->stride + si;
+    R->node[i].start = sent > posted ? sent : posted;
+    int64_t end = R->node[i].end = arrived > posted ? arrived : posted;
+    if (arrived >= posted) R->node[i].cause = sr * L->stride + si;
     return push_end(L, end, r, i);
 }
 
@@ -244,10 +252,10 @@ static Py_ssize_t new_instance(Loop *L) {
 
 static int issue_collective(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t t) {
     Rank *R = &L->ranks[r];
-    int64_t g = R->aux[i], needed = R->need[i], cost = R->cost[i];
+    int64_t g = R->node[i].aux, needed = R->node[i].need, cost = R->node[i].cost;
     if (needed <= 1) { /* the only issuer: starts now, keeps its own cause */
-        R->starts[i] = t;
-        int64_t end = R->ends[i] = cost > 0 ? t + cost : t;
+        R->node[i].start = t;
+        int64_t end = R->node[i].end = cost > 0 ? t + cost : t;
         return push_end(L, end, r, i);
     }
     int64_t *count = map_slot(&L->counts, (int64_t)r * L->ngroups + g);
@@ -274,7 +282,7 @@ static int issue_collective(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t t) {
     Instance *inst = &L->insts[at];
     if (vec_push(&inst->entries, r) < 0 || vec_push(&inst->entries, i) < 0) return -1;
     if (cost > inst->cost) inst->cost = cost;
-    inst->cause = R->cause[i]; /* the last member to issue decides the start */
+    inst->cause = R->node[i].cause; /* the last member to issue decides the start */
     if (inst->entries.len / 2 < inst->needed) return 0;
     for (slot = 0; slot < pending->len && pending->v[slot] != at; slot++) {
     }
@@ -286,9 +294,9 @@ static int issue_collective(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t t) {
     for (Py_ssize_t e = 0; e < inst->entries.len; e += 2) {
         Py_ssize_t r2 = (Py_ssize_t)inst->entries.v[e], i2 = (Py_ssize_t)inst->entries.v[e + 1];
         Rank *R2 = &L->ranks[r2];
-        R2->starts[i2] = t;
-        R2->ends[i2] = end;
-        R2->cause[i2] = inst->cause;
+        R2->node[i2].start = t;
+        R2->node[i2].end = end;
+        R2->node[i2].cause = inst->cause;
         if (push_end(L, end, r2, i2) < 0) return -1;
     }
     return 0;
@@ -296,17 +304,17 @@ static int issue_collective(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t t) {
 
 static int issue_send(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t t) {
     Rank *R = &L->ranks[r];
-    R->starts[i] = t;
-    int64_t end = R->ends[i] = t + R->cost[i];
+    R->node[i].start = t;
+    int64_t end = R->node[i].end = t + R->node[i].cost;
     if (push_end(L, end, r, i) < 0) return -1;
-    Vec *recvs = &L->recvs[R->aux[i]];
+    Vec *recvs = &L->recvs[R->node[i].aux];
     if (recvs->head < recvs->len) {
         int64_t *w = recvs->v + recvs->head;
         recvs->head += 3;
         if (recvs->head == recvs->len) recvs->head = recvs->len = 0;
         return finish_recv(L, (Py_ssize_t)w[0], (Py_ssize_t)w[1], w[2], t, end, r, i);
     }
-    Vec *sends = &L->sends[R->aux[i]];
+    Vec *sends = &L->sends[R->node[i].aux];
     if (vec_push(sends, t) < 0 || vec_push(sends, end) < 0 || vec_push(sends, r) < 0 || vec_push(sends, i) < 0)
         return -1;
     return 0;
@@ -314,14 +322,14 @@ static int issue_send(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t t) {
 
 static int post_recv(Loop *L, Py_ssize_t r, Py_ssize_t i, int64_t t) {
     Rank *R = &L->ranks[r];
-    Vec *sends = &L->sends[R->aux[i]];
+    Vec *sends = &L->sends[R->node[i].aux];
     if (sends->head < sends->len) {
         int64_t *w = sends->v + sends->head;
         sends->head += 4;
         if (sends->head == sends->len) sends->head = sends->len = 0;
         return finish_recv(L, r, i, t, w[0], w[1], w[2], w[3]);
     }
-    Vec *recvs = &L->recvs[R->aux[i]];
+    Vec *recvs = &L->recvs[R->node[i].aux];
     if (vec_push(recvs, r) < 0 || vec_push(recvs, i) < 0 || vec_push(recvs, t) < 0) return -1;
     return 0;
 }
@@ -335,9 +343,9 @@ static inline Py_ssize_t node_of(const Rank *R, int64_t prio) {
 static inline void take_stream_cause(Loop *L, Py_ssize_t r, Rank *R, Py_ssize_t i, int64_t t, int stream) {
     int64_t freed_by = R->last[stream];
     if (freed_by == NO_CAUSE) return;
-    int64_t readied_by = R->cause[i];
-    int64_t readied_at = readied_by >= 0 ? R->ends[readied_by - (int64_t)r * L->stride] : 0;
-    if (readied_at != t) R->cause[i] = freed_by;
+    int64_t readied_by = R->node[i].cause;
+    int64_t readied_at = readied_by >= 0 ? R->node[readied_by - (int64_t)r * L->stride].end : 0;
+    if (readied_at != t) R->node[i].cause = freed_by;
 }
 
 static int issue(Loop *L, Py_ssize_t r, int64_t t) {
@@ -345,22 +353,22 @@ static int issue(Loop *L, Py_ssize_t r, int64_t t) {
     Vec *free_q = &R->q[Q_FREE];
     while (free_q->len) {
         Py_ssize_t i = node_of(R, heap_pop(free_q));
-        R->state[i] = S_ISSUED;
-        R->starts[i] = t;
-        if (R->types[i] == T_RECV) {
+        R->node[i].state = S_ISSUED;
+        R->node[i].start = t;
+        if (R->node[i].type == T_RECV) {
             if (post_recv(L, r, i, t) < 0) return -1;
         } else {
-            int64_t end = R->ends[i] = t + R->dur[i];
+            int64_t end = R->node[i].end = t + R->node[i].dur;
             if (push_end(L, end, r, i) < 0) return -1;
         }
     }
     if (R->q[Q_COMPUTE].len && !R->busy[Q_COMPUTE]) {
         R->busy[Q_COMPUTE] = 1;
         Py_ssize_t i = node_of(R, heap_pop(&R->q[Q_COMPUTE]));
-        R->state[i] = S_ISSUED;
-        R->starts[i] = t;
+        R->node[i].state = S_ISSUED;
+        R->node[i].start = t;
         take_stream_cause(L, r, R, i, t, Q_COMPUTE);
-        int64_t end = R->ends[i] = t + R->dur[i];
+        int64_t end = R->node[i].end = t + R->node[i].dur;
         if (end > t) { /* the stream's busy time, touching stretches joined */
             Vec *c = &R->computing;
             if (c->len && c->v[c->len - 1] == t) {
@@ -374,9 +382,9 @@ static int issue(Loop *L, Py_ssize_t r, int64_t t) {
     if (R->q[Q_COMM].len && !R->busy[Q_COMM]) {
         R->busy[Q_COMM] = 1;
         Py_ssize_t i = node_of(R, heap_pop(&R->q[Q_COMM]));
-        R->state[i] = S_ISSUED;
+        R->node[i].state = S_ISSUED;
         take_stream_cause(L, r, R, i, t, Q_COMM);
-        if (R->types[i] == T_COLL) return issue_collective(L, r, i, t);
+        if (R->node[i].type == T_COLL) return issue_collective(L, r, i, t);
         return issue_send(L, r, i, t);
     }
     return 0;
@@ -384,24 +392,24 @@ static int issue(Loop *L, Py_ssize_t r, int64_t t) {
 
 static int ready(Loop *L, Rank *R, Py_ssize_t d, int64_t enc) {
     (void)L;
-    if (--R->rem[d]) return 0;
-    R->state[d] = S_READY;
-    R->cause[d] = enc;
-    return heap_push(&R->q[R->queue[d]], R->by_prio ? R->prio[d] : (int64_t)d);
+    if (--R->node[d].rem) return 0;
+    R->node[d].state = S_READY;
+    R->node[d].cause = enc;
+    return heap_push(&R->q[R->node[d].queue], R->by_prio ? R->prio[d] : (int64_t)d);
 }
 
 /* Node i of rank position r ends: free its stream, ready its dependents. */
 static int release(Loop *L, Py_ssize_t r, Py_ssize_t i) {
     Rank *R = &L->ranks[r];
-    R->state[i] = S_DONE;
+    R->node[i].state = S_DONE;
     R->done++;
     int64_t enc = (int64_t)r * L->stride + i;
-    int q = R->queue[i];
+    int q = R->node[i].queue;
     if (q != Q_FREE) {
         R->busy[q] = 0;
         R->last[q] = enc;
     }
-    int64_t d = R->next_of[i];
+    int64_t d = R->node[i].next;
     if (d == NO_DEPENDENT) return 0;
     if (d >= 0) return ready(L, R, (Py_ssize_t)d, enc);
     PyObject *more = R->more[i];
@@ -508,18 +516,11 @@ static int64_t *shared_int64s(Loop *L, PyObject *list, int field, Py_ssize_t n, 
 }
 
 static void free_rank(Rank *R) {
-    PyMem_Free(R->state);
-    PyMem_Free(R->rem);
+    PyMem_Free(R->node);
     PyMem_Free(R->more);
-    PyMem_Free(R->aux);
-    PyMem_Free(R->need);
-    PyMem_Free(R->cost);
     PyMem_Free(R->talk);
     PyMem_Free(R->klass);
     PyMem_Free(R->bytes);
-    PyMem_Free(R->starts);
-    PyMem_Free(R->ends);
-    PyMem_Free(R->cause);
     for (int k = 0; k < 3; k++) PyMem_Free(R->q[k].v);
     PyMem_Free(R->computing.v);
 }
@@ -528,12 +529,14 @@ static void free_rank(Rank *R) {
 static int load_more(Rank *R, PyObject *more, int *bad) {
     Py_ssize_t n = R->n, pos = 0, found = 0, several = 0;
     PyObject *key, *list;
-    R->more = PyMem_Calloc((size_t)(n ? n : 1), sizeof(PyObject *));
-    if (!R->more) return -1;
-    for (Py_ssize_t i = 0; i < n; i++) several += R->next_of[i] == -2;
+    for (Py_ssize_t i = 0; i < n; i++) several += R->node[i].next == -2;
+    if (several) {
+        R->more = PyMem_Calloc((size_t)n, sizeof(PyObject *));
+        if (!R->more) return -1;
+    }
     while (PyDict_Next(more, &pos, &key, &list)) {
         Py_ssize_t j = PyLong_Check(key) ? PyLong_AsSsize_t(key) : -1;
-        if (j < 0 || j >= n || R->next_of[j] != -2 || !PyList_Check(list)) {
+        if (j < 0 || j >= n || R->node[j].next != -2 || !PyList_Check(list)) {
             PyErr_Clear();
             *bad = 1;
             return 0;
@@ -566,21 +569,15 @@ static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *
         *bad = 1;
         return 0;
     }
-    size_t words = (size_t)(n ? n : 1) * sizeof(int64_t);
-    R->aux = PyMem_Calloc(1, words);
-    R->need = PyMem_Calloc(1, words);
-    R->cost = PyMem_Calloc(1, words);
-    if (!R->aux || !R->need || !R->cost) return -1;
     if (!(R->klass = int64s(klass, count, -1, count, bad)) || !(R->bytes = int64s(bytes, count, 0, TIME_LIMIT, bad)) ||
-        !(at = int64s(talk, count, 0, n, bad)) ||
-        !(a = int64s(aux, count, 0, TIME_LIMIT, bad)) ||
-        !(k = int64s(need, count, 0, TIME_LIMIT, bad)) || !(c = int64s(cost, count, -TIME_LIMIT, TIME_LIMIT, bad))) {
+        !(at = int64s(talk, count, 0, n, bad)) || !(a = int64s(aux, count, 0, INT32_MAX, bad)) ||
+        !(k = int64s(need, count, 0, INT32_MAX, bad)) || !(c = int64s(cost, count, -TIME_LIMIT, TIME_LIMIT, bad))) {
         rc = *bad ? 0 : -1;
         goto out;
     }
     for (Py_ssize_t j = 0; j < count; j++) {
         Py_ssize_t i = (Py_ssize_t)at[j];
-        int t = R->types[i];
+        int t = R->node[i].type;
         if (t != T_COLL && t != T_SEND && t != T_RECV) *bad = 1;
         if (t == T_SEND && c[j] < 0) *bad = 1; /* (an end before its start: times must not go below 0) */
         if (a[j] >= (t == T_COLL ? L->ngroups : L->nchannels)) *bad = 1;
@@ -589,9 +586,9 @@ static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *
         if (c[j] > 0 && c[j] >= TIME_LIMIT - *total) *bad = 1;
         if (*bad) break;
         if (c[j] > 0) *total += c[j];
-        R->aux[i] = a[j];
-        R->need[i] = k[j];
-        R->cost[i] = c[j];
+        R->node[i].aux = (int32_t)a[j];
+        R->node[i].need = (int32_t)k[j];
+        R->node[i].cost = c[j];
         if (R->klass[j] >= R->nklass) R->nklass = R->klass[j] + 1;
     }
     R->talk = at;
@@ -618,40 +615,34 @@ static int load_rank(Loop *L, Rank *R, PyObject *spec, int *bad, int64_t *total)
         *bad = 1;
         return 0;
     }
-    R->types = (const uint8_t *)PyBytes_AS_STRING(types);
-    R->queue = (const uint8_t *)PyBytes_AS_STRING(queue);
-    size_t words = (size_t)(n ? n : 1) * sizeof(int64_t);
-    R->state = PyMem_Calloc((size_t)(n ? n : 1), 1);
-    R->starts = PyMem_Calloc(1, words);
-    R->ends = PyMem_Calloc(1, words);
-    R->cause = PyMem_Malloc(words);
-    R->rem = PyMem_Malloc(words);
-    if (!R->state || !R->starts || !R->ends || !R->cause || !R->rem) return -1;
-    for (Py_ssize_t i = 0; i < n; i++) R->cause[i] = NO_CAUSE;
-    R->last[0] = R->last[1] = NO_CAUSE;
-    /* field 0: a count or a time, 1: a position or -1, -2 (next_of), 2: a position */
-#define SHARED(field, list, tag, lo, hi)                            \
-    do {                                                            \
-        R->field = shared_int64s(L, list, tag, n, lo, hi, bad);     \
-        if (!R->field) return *bad ? 0 : -1;                        \
-    } while (0)
-    SHARED(dur, dur, 0, 0, TIME_LIMIT);
-    SHARED(next_of, next_of, 1, -2, n);
-    const int64_t *counts = shared_int64s(L, ndeps, 0, n, 0, TIME_LIMIT, bad);
+    /* Lists shared by ranks of one structure (or one role) are converted once (field 0: a
+       count or a time, 1: a position or -1, -2, 2: a position). */
+    const int64_t *durations = shared_int64s(L, dur, 0, n, 0, TIME_LIMIT, bad);
+    const int64_t *nexts = durations ? shared_int64s(L, next_of, 1, n, -2, n, bad) : NULL;
+    const int64_t *counts = nexts ? shared_int64s(L, ndeps, 0, n, 0, INT32_MAX, bad) : NULL;
     if (!counts) return *bad ? 0 : -1;
-    memcpy(R->rem, counts, words);
     if (prio != Py_None) {
-        SHARED(prio, prio, 2, 0, n);
-        SHARED(by_prio, by_prio, 2, 0, n);
+        if (!(R->prio = shared_int64s(L, prio, 2, n, 0, n, bad))) return *bad ? 0 : -1;
+        if (!(R->by_prio = shared_int64s(L, by_prio, 2, n, 0, n, bad))) return *bad ? 0 : -1;
     }
-#undef SHARED
+    const uint8_t *kinds = (const uint8_t *)PyBytes_AS_STRING(types), *queues = (const uint8_t *)PyBytes_AS_STRING(queue);
+    R->node = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Slot));
+    if (!R->node) return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (R->types[i] > T_OTHER || R->queue[i] > Q_FREE || R->dur[i] >= TIME_LIMIT - *total) {
+        Slot *node = &R->node[i];
+        if (kinds[i] > T_OTHER || queues[i] > Q_FREE || durations[i] >= TIME_LIMIT - *total) {
             *bad = 1;
             return 0;
         }
-        *total += R->dur[i];
+        *total += durations[i];
+        node->cause = NO_CAUSE;
+        node->dur = durations[i];
+        node->next = nexts[i];
+        node->rem = (int32_t)counts[i];
+        node->type = kinds[i];
+        node->queue = queues[i];
     }
+    R->last[0] = R->last[1] = NO_CAUSE;
     if (load_more(R, more, bad) < 0 || *bad) return *bad ? 0 : -1;
     if (load_talk(L, R, talk, aux, need, cost, klass, bytes, bad, total) < 0 || *bad) return *bad ? 0 : -1;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(roots); k++) {
@@ -662,8 +653,8 @@ static int load_rank(Loop *L, Rank *R, PyObject *spec, int *bad, int64_t *total)
             *bad = 1;
             return 0;
         }
-        R->state[i] = S_READY;
-        if (heap_push(&R->q[R->queue[i]], R->prio ? R->prio[i] : (int64_t)i) < 0) return -1;
+        R->node[i].state = S_READY;
+        if (heap_push(&R->q[R->node[i].queue], R->prio ? R->prio[i] : (int64_t)i) < 0) return -1;
     }
     return 0;
 }
@@ -678,6 +669,23 @@ static PyObject *list_of(const int64_t *v, Py_ssize_t n) {
             return NULL;
         }
         PyList_SET_ITEM(list, k, x);
+    }
+    return list;
+}
+
+/* One int64 field of every node (offsetof(Slot, ...)) as a list. */
+static PyObject *field_of(const Rank *R, size_t offset) {
+    PyObject *list = PyList_New(R->n);
+    if (!list) return NULL;
+    for (Py_ssize_t i = 0; i < R->n; i++) {
+        int64_t value;
+        memcpy(&value, (const char *)&R->node[i] + offset, sizeof value);
+        PyObject *x = PyLong_FromLongLong(value);
+        if (!x) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, x);
     }
     return list;
 }
@@ -710,9 +718,9 @@ static PyObject *talking_of(const Rank *R) {
     Py_ssize_t count = 0, merged = 0;
     for (Py_ssize_t j = 0; j < R->ntalk; j++) {
         Py_ssize_t i = (Py_ssize_t)R->talk[j];
-        if (R->ends[i] > R->starts[i]) {
-            pairs[2 * count] = R->starts[i];
-            pairs[2 * count + 1] = R->ends[i];
+        if (R->node[i].end > R->node[i].start) {
+            pairs[2 * count] = R->node[i].start;
+            pairs[2 * count + 1] = R->node[i].end;
             count++;
         }
     }
@@ -749,7 +757,7 @@ static PyObject *traffic_of(const Rank *R) {
         int64_t *sum = &sums[3 * R->klass[j]];
         sum[0]++;
         overflow |= __builtin_add_overflow(sum[1], R->bytes[j], &sum[1]);
-        overflow |= __builtin_add_overflow(sum[2], R->ends[i] - R->starts[i], &sum[2]);
+        overflow |= __builtin_add_overflow(sum[2], R->node[i].end - R->node[i].start, &sum[2]);
     }
     PyObject *list = overflow ? Py_NewRef(Py_None) : PyList_New(R->nklass);
     for (Py_ssize_t k = 0; !overflow && list && k < R->nklass; k++) {
@@ -771,7 +779,8 @@ static PyObject *results(Loop *L) {
         if (!out[k]) goto fail;
     for (Py_ssize_t r = 0; r < L->nranks; r++) {
         Rank *R = &L->ranks[r];
-        PyObject *made[OUTPUTS] = {list_of(R->starts, R->n), list_of(R->ends, R->n), list_of(R->cause, R->n),
+        PyObject *made[OUTPUTS] = {field_of(R, offsetof(Slot, start)), field_of(R, offsetof(Slot, end)),
+                                   field_of(R, offsetof(Slot, cause)),
                                    stretches_of(&R->computing), talking_of(R), traffic_of(R)};
         for (int k = 0; k < OUTPUTS; k++) {
             if (!made[k]) {
