@@ -67,22 +67,22 @@ def dry_run(trace: ExecutionTrace, options: Options | None = None, network: Netw
     """
     network = network or network_for(options)
     with paused_gc():  # as in schedule(): the loop's objects all stay alive until it ends
-        engine, *_ = _run(trace, network)
+        engine, *_ = _run(trace, network, timeline=False)
         del engine, _  # freed while the collector is off (see schedule())
 
 
-def _run(trace: ExecutionTrace, network: Network):
+def _run(trace: ExecutionTrace, network: Network, timeline: bool = True):
     """Run one representative per role when that is exact (quotient.py), else every rank.
 
     A deadlock found by the representatives is re-run on every rank so that the report names
-    real ranks and nodes.
+    real ranks and nodes. `timeline=False`: only whether every rank finishes (Engine's).
     """
     quotient = find_quotient(trace, max(trace.ranks, default=0) + 1 if network.uses_ring() else None)
     if quotient is not None:
-        engine = Engine(trace, network, quotient)
+        engine = Engine(trace, network, quotient, timeline=timeline)
         try:
             return (engine, *engine.run())
         except Deadlock:
             pass
-    engine = Engine(trace, network)
+    engine = Engine(trace, network, timeline=timeline)
     return (engine, *engine.run())

@@ -9,8 +9,10 @@
    instead: a rank that cannot finish (the deadlock report is Python's), a time that would not
    fit 62 bits, a table of an unexpected type.
 
-   run(ranks, stride, groups, channels) -> (starts, ends, cause, computing, talking, traffic) or None
-   ranks: one tuple per rank position, as Engine._native_inputs makes them. Per rank position:
+   run(ranks, count, stride, groups, channels, times=True) -> (starts, ends, cause, computing, talking, traffic)
+   or None (True instead of the tuple when times is false: every rank finished, which is all a
+   dry run asks). ranks: an iterable of `count` tuples, one per rank position, as
+   Engine._native_inputs yields them; groups, channels: the dicts it numbers them in. Per rank position:
    the three per-node lists; when its compute stream was busy (as engine.py's `computing`); and
    for summary.py, when its communication ran (merged) and per traffic class (count, bytes, busy ns).
 */
@@ -188,6 +190,8 @@ typedef struct {
 typedef struct {
     Rank *ranks;
     Py_ssize_t nranks, ngroups, nchannels;
+    int64_t max_group, max_channel; /* the largest numbers the ranks use */
+    int times;                      /* make the per-node lists (else a dry run) */
     int64_t stride;
     /* Ends to come, as engine.py keeps them: a heap of distinct times, and per time a bucket
        of the nodes that end then (rank, node, ...) in the order they were set. */
@@ -580,7 +584,8 @@ static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *
         int t = R->node[i].type;
         if (t != T_COLL && t != T_SEND && t != T_RECV) *bad = 1;
         if (t == T_SEND && c[j] < 0) *bad = 1; /* (an end before its start: times must not go below 0) */
-        if (a[j] >= (t == T_COLL ? L->ngroups : L->nchannels)) *bad = 1;
+        int64_t *most = t == T_COLL ? &L->max_group : &L->max_channel; /* (checked once all are read) */
+        if (a[j] > *most) *most = a[j];
         /* The loop only ever adds a duration or cost to a time that is a sum of others: below
            2**62 in all, no int64 overflows. */
         if (c[j] > 0 && c[j] >= TIME_LIMIT - *total) *bad = 1;
@@ -591,9 +596,15 @@ static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *
         R->node[i].cost = c[j];
         if (R->klass[j] >= R->nklass) R->nklass = R->klass[j] + 1;
     }
-    R->talk = at;
-    R->ntalk = count;
-    at = NULL;
+    if (L->times) { /* (for the summary; a dry run makes none) */
+        R->talk = at;
+        R->ntalk = count;
+        at = NULL;
+    } else {
+        PyMem_Free(R->klass);
+        PyMem_Free(R->bytes);
+        R->klass = R->bytes = NULL;
+    }
     rc = 0;
 out:
     PyMem_Free(at);
@@ -824,43 +835,76 @@ static void free_loop(Loop *L) {
     PyMem_Free(L->converted.values);
 }
 
+/* The ranks' tables come from an iterator, one rank at a time, so that the Python lists of
+   only one rank are alive at once (each is copied into the loop's own arrays); the numbers of
+   groups and channels are the sizes of the dicts the iterator fills as it goes. */
+static int load_ranks(Loop *L, PyObject *specs, int *bad, int64_t *total) {
+    PyObject *it = PyObject_GetIter(specs);
+    if (!it) return -1;
+    int rc = -1;
+    for (Py_ssize_t r = 0; r < L->nranks && !*bad; r++) {
+        PyObject *spec = PyIter_Next(it);
+        if (!spec) {
+            if (PyErr_Occurred()) goto out;
+            *bad = 1;
+            break;
+        }
+        int loaded = PyTuple_Check(spec) ? load_rank(L, &L->ranks[r], spec, bad, total) : (*bad = 1, 0);
+        Py_DECREF(spec);
+        if (loaded < 0) goto out;
+    }
+    if (!*bad) {
+        PyObject *extra = PyIter_Next(it);
+        if (extra) {
+            Py_DECREF(extra);
+            *bad = 1;
+        } else if (PyErr_Occurred()) {
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    Py_DECREF(it);
+    return rc;
+}
+
 static PyObject *loop_run(PyObject *self, PyObject *args) {
-    PyObject *ranks;
+    PyObject *specs, *groups, *channels;
+    Py_ssize_t count;
     long long stride;
-    Py_ssize_t ngroups, nchannels;
+    int times = 1;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!Lnn", &PyList_Type, &ranks, &stride, &ngroups, &nchannels)) return NULL;
+    if (!PyArg_ParseTuple(args, "OnLO!O!|p", &specs, &count, &stride, &PyDict_Type, &groups, &PyDict_Type, &channels,
+                          &times))
+        return NULL;
     Loop L;
     memset(&L, 0, sizeof L);
     PyObject *result = NULL;
     int bad = 0;
     int64_t total = 0;
-    L.nranks = PyList_GET_SIZE(ranks);
+    L.nranks = count;
+    L.times = times;
     L.stride = stride;
-    L.ngroups = ngroups;
-    L.nchannels = nchannels;
-    if (stride < 1 || ngroups < 0 || nchannels < 0 || L.nranks >= INT32_MAX || stride >= INT32_MAX ||
-        (L.nranks && stride > TIME_LIMIT / L.nranks))
+    L.max_group = L.max_channel = -1;
+    if (stride < 1 || count < 0 || count >= INT32_MAX || stride >= INT32_MAX || (count && stride > TIME_LIMIT / count))
         Py_RETURN_NONE;
-    L.ranks = PyMem_Calloc((size_t)(L.nranks ? L.nranks : 1), sizeof(Rank));
-    L.pending = PyMem_Calloc((size_t)(ngroups ? ngroups : 1), sizeof(Vec));
-    L.sends = PyMem_Calloc((size_t)(nchannels ? nchannels : 1), sizeof(Vec));
-    L.recvs = PyMem_Calloc((size_t)(nchannels ? nchannels : 1), sizeof(Vec));
-    if (!L.ranks || !L.pending || !L.sends || !L.recvs) {
+    L.ranks = PyMem_Calloc((size_t)(count ? count : 1), sizeof(Rank));
+    if (!L.ranks) {
         PyErr_NoMemory();
         goto out;
     }
-    for (Py_ssize_t r = 0; r < L.nranks; r++) {
-        PyObject *spec = PyList_GET_ITEM(ranks, r);
-        if (!PyTuple_Check(spec)) {
-            bad = 1;
-            break;
-        }
-        if (load_rank(&L, &L.ranks[r], spec, &bad, &total) < 0) goto out;
-        if (bad) break;
-    }
-    if (bad) {
+    if (load_ranks(&L, specs, &bad, &total) < 0) goto out;
+    L.ngroups = PyDict_GET_SIZE(groups);
+    L.nchannels = PyDict_GET_SIZE(channels);
+    if (bad || L.max_group >= L.ngroups || L.max_channel >= L.nchannels) {
         result = Py_NewRef(Py_None);
+        goto out;
+    }
+    L.pending = PyMem_Calloc((size_t)(L.ngroups ? L.ngroups : 1), sizeof(Vec));
+    L.sends = PyMem_Calloc((size_t)(L.nchannels ? L.nchannels : 1), sizeof(Vec));
+    L.recvs = PyMem_Calloc((size_t)(L.nchannels ? L.nchannels : 1), sizeof(Vec));
+    if (!L.pending || !L.sends || !L.recvs) {
+        PyErr_NoMemory();
         goto out;
     }
     if (run_loop(&L) < 0) goto out;
@@ -870,7 +914,7 @@ static PyObject *loop_run(PyObject *self, PyObject *args) {
             goto out;
         }
     }
-    result = results(&L);
+    result = times ? results(&L) : Py_NewRef(Py_True); /* (the dry run needs no times) */
 out:
     free_loop(&L);
     return result;
@@ -878,7 +922,7 @@ out:
 
 static PyMethodDef methods[] = {
     {"run", loop_run, METH_VARARGS,
-     "run(ranks, stride, groups, channels) -> (starts, ends, cause, computing, talking, traffic) or None: engine.Engine.run's "
+     "run(ranks, count, stride, groups, channels, times=True) -> (starts, ends, cause, computing, talking, traffic) or None: engine.Engine.run's "
      "loop over the tables Engine._native_inputs makes; None when the Python loop must run instead."},
     {NULL, NULL, 0, NULL},
 };

@@ -54,7 +54,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from itertools import accumulate, compress
-from typing import Any
+from typing import Any, Iterator
 
 from ..diagnostics import InputError
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
@@ -110,6 +110,10 @@ _DONE_BYTES = bytes([S_DONE]) * 256  # slices of it mark a run's nodes done
 
 NO_CAUSE = -1
 NO_DEPENDENT, SEVERAL = -1, -2  # Program.next_of
+
+
+class _LookupRefused(Exception):
+    """A communication node's group, peer or cost lookup raised before the C loop ran."""
 
 
 class _Contiguous:
@@ -310,11 +314,14 @@ class Engine:
     """One scheduling run over all ranks of a trace."""
 
     def __init__(self, trace: ExecutionTrace, network: Network, quotient: Quotient | None = None,
-                 runs: bool = True, native: bool = True):
+                 runs: bool = True, native: bool = True, timeline: bool = True):
         self.trace = trace
         self.runs = runs  # set runs of compute nodes at once (Program._find_runs); False: node by node
         # The loop in C where it was built (_loop.c); False, or runs=False, runs the Python loop.
         self.native = native and runs
+        # False: only whether every node can run (the dry run); the C loop then makes no
+        # per-node lists and `run` gives empty ones (the Python loop makes them regardless).
+        self.timeline = timeline
         # Set by the C loop for summary.py, per position: when its communication ran (merged
         # stretches) and its traffic per (group, type) as (first node, count, bytes, busy ns).
         self.talking: list[list[tuple[int, int]]] | None = None
@@ -426,43 +433,44 @@ class Engine:
         """The loop in C (_loop.c), or None where the Python loop must run: a node whose group or
         peer it would refuse when it met it, a rank that cannot finish (the report is made in
         Python), a time past 62 bits."""
-        inputs = self._native_inputs()
-        if inputs is None:
-            return None
-        specs, groups, channels, firsts = inputs
         progs = self.progs
         stride = max((len(p.nodes) for p in progs), default=0) + 1
-        out = _loop.run(specs, stride, groups, channels)
+        groups: dict[Any, int] = {}
+        channels: dict[tuple, int] = {}
+        firsts: list[list[int]] = []
+        try:
+            out = _loop.run(self._native_inputs(groups, channels, firsts), len(progs), stride, groups, channels,
+                            self.timeline)
+        except _LookupRefused:
+            return None
         if out is None:
             return None
-        starts, ends, cause, self.computing, self.talking, traffic = out
-        if None not in traffic:  # (a sum past 64 bits: summary.py sums in Python)
-            self.traffic = [[(i, *sums) for i, sums in zip(first, classes)] for first, classes in zip(firsts, traffic)]
         self.stride = stride
         self.state = [bytearray([S_DONE]) * len(p.nodes) for p in progs]
         self.done = [len(p.nodes) for p in progs]
         self._pending_instances, self._recvs_waiting = {}, {}
+        if out is True:
+            return [], [], []
+        starts, ends, cause, self.computing, self.talking, traffic = out
+        if None not in traffic:  # (a sum past 64 bits: summary.py sums in Python)
+            self.traffic = [[(i, *sums) for i, sums in zip(first, classes)] for first, classes in zip(firsts, traffic)]
         return starts, ends, cause
 
-    def _native_inputs(self) -> tuple[list[tuple], int, int, list[list[int]]] | None:
+    def _native_inputs(self, groups: dict, channels: dict, firsts: list[list[int]]) -> Iterator[tuple]:
         """Per rank position, its program's tables and those of its communication nodes
-        (`_talk_tables`); the numbers of instance groups and of channels; and per position the
-        first node of each traffic class. None when a lookup raises: the Python loop raises it
-        only if it reaches the node (a deadlock can come first)."""
-        groups: dict[Any, int] = {}
-        channels: dict[tuple, int] = {}
-        specs, firsts = [], []
-        try:
-            for r, prog in enumerate(self.progs):
+        (`_talk_tables`), one position at a time (the C loop copies each before it takes the
+        next); `groups` and `channels` number what the nodes use, `firsts` gets each position's
+        first node of each traffic class. A lookup that raises ends it with _LookupRefused: the
+        Python loop raises it only if it reaches the node (a deadlock can come first)."""
+        for r, prog in enumerate(self.progs):
+            try:
                 talk, first = self._talk_tables(r, prog, groups, channels)
-                ascending = prog.ascending
-                specs.append((prog.types, prog.queue, prog.durations, prog.ndeps, prog.next_of, prog.more,
-                              None if ascending else prog.prio, None if ascending else prog.by_prio, prog.roots(),
-                              *talk))
-                firsts.append(first)
-        except Exception:  # noqa: BLE001 (whatever it is, the Python loop meets it, or not, as it always did)
-            return None
-        return specs, len(groups), len(channels), firsts
+            except Exception as error:  # noqa: BLE001 (whatever it is, the Python loop meets it, or not)
+                raise _LookupRefused from error
+            firsts.append(first)
+            ascending = prog.ascending
+            yield (prog.types, prog.queue, prog.durations, prog.ndeps, prog.next_of, prog.more,
+                   None if ascending else prog.prio, None if ascending else prog.by_prio, prog.roots(), *talk)
 
     def _talk_tables(self, r: int, prog: Program, groups: dict, channels: dict) -> tuple[tuple[list[int], ...], list[int]]:
         """Position r's communication nodes and, for each, what the Python loop looks up when it
