@@ -191,7 +191,7 @@ typedef struct {
     Rank *ranks;
     Py_ssize_t nranks, ngroups, nchannels;
     int64_t max_group, max_channel; /* the largest numbers the ranks use */
-    int times;                      /* make the per-node lists (else a dry run) */
+    int timeline;                   /* make the per-node lists (else a dry run) */
     int64_t stride;
     /* Ends to come, as engine.py keeps them: a heap of distinct times, and per time a bucket
        of the nodes that end then (rank, node, ...) in the order they were set. */
@@ -527,6 +527,7 @@ static void free_rank(Rank *R) {
     PyMem_Free(R->bytes);
     for (int k = 0; k < 3; k++) PyMem_Free(R->q[k].v);
     PyMem_Free(R->computing.v);
+    memset(R, 0, sizeof *R); /* (freed again at the end: nothing left) */
 }
 
 /* The dependents of nodes with several (engine.Program.more), checked to be positions. */
@@ -596,7 +597,7 @@ static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *
         R->node[i].cost = c[j];
         if (R->klass[j] >= R->nklass) R->nklass = R->klass[j] + 1;
     }
-    if (L->times) { /* (for the summary; a dry run makes none) */
+    if (L->timeline) { /* (for the summary; a dry run makes none) */
         R->talk = at;
         R->ntalk = count;
         at = NULL;
@@ -800,6 +801,7 @@ static PyObject *results(Loop *L) {
             }
             PyList_SET_ITEM(out[k], r, made[k]);
         }
+        free_rank(R); /* the lists grow as the slots go: not both at their largest */
     }
     return Py_BuildValue("(NNNNNN)", out[0], out[1], out[2], out[3], out[4], out[5]);
 fail:
@@ -883,7 +885,7 @@ static PyObject *loop_run(PyObject *self, PyObject *args) {
     int bad = 0;
     int64_t total = 0;
     L.nranks = count;
-    L.times = times;
+    L.timeline = times;
     L.stride = stride;
     L.max_group = L.max_channel = -1;
     if (stride < 1 || count < 0 || count >= INT32_MAX || stride >= INT32_MAX || (count && stride > TIME_LIMIT / count))
