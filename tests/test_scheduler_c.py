@@ -41,6 +41,22 @@ def test_the_scheduler_uses_the_c_loop_where_a_compiler_built_it():
     assert _loop is not None
 
 
+@pytest.mark.parametrize("module", ["converters.scheduler._loop", "converters._proto._head"])
+def test_the_c_modules_are_built_from_their_current_source(module):
+    """setup.py builds them optionally: a build that fails after a change to the C leaves the
+    module of the last build in place, and every test would then run the old C."""
+    import importlib
+
+    try:
+        built = Path(importlib.import_module(module).__file__)
+    except ImportError:
+        pytest.skip(f"{module} was not built")
+    source = built.parent / (module.rsplit(".", 1)[1] + ".c")
+    if not source.exists():
+        pytest.skip(f"{module} is installed without its source")
+    assert built.stat().st_mtime >= source.stat().st_mtime, f"{built.name} is older than {source.name}: make (or pip install -e .) builds it again"
+
+
 def same_schedule(trace: ExecutionTrace, net, quotient=None):
     """The C loop's (starts, ends, cause), checked against the Python loop's; None if it declined.
     Where the Python loop raises, the C loop must decline and `run` raise the same."""
