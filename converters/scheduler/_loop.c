@@ -530,6 +530,16 @@ static void free_rank(Rank *R) {
     memset(R, 0, sizeof *R); /* (freed again at the end: nothing left) */
 }
 
+/* x as a position below n, or -1 when it is no int in [0, n). */
+static Py_ssize_t position(PyObject *x, Py_ssize_t n) {
+    Py_ssize_t i = PyLong_Check(x) ? PyLong_AsSsize_t(x) : -1;
+    if (i < 0 || i >= n) {
+        PyErr_Clear();
+        return -1;
+    }
+    return i;
+}
+
 /* The dependents of nodes with several (engine.Program.more), checked to be positions. */
 static int load_more(Rank *R, PyObject *more, int *bad) {
     Py_ssize_t n = R->n, pos = 0, found = 0, several = 0;
@@ -540,22 +550,18 @@ static int load_more(Rank *R, PyObject *more, int *bad) {
         if (!R->more) return -1;
     }
     while (PyDict_Next(more, &pos, &key, &list)) {
-        Py_ssize_t j = PyLong_Check(key) ? PyLong_AsSsize_t(key) : -1;
-        if (j < 0 || j >= n || R->node[j].next != -2 || !PyList_Check(list)) {
-            PyErr_Clear();
+        Py_ssize_t j = position(key, n);
+        if (j < 0 || R->node[j].next != -2 || !PyList_Check(list)) {
             *bad = 1;
             return 0;
         }
         for (Py_ssize_t k = 0; k < PyList_GET_SIZE(list); k++) {
-            PyObject *x = PyList_GET_ITEM(list, k);
-            Py_ssize_t d = PyLong_Check(x) ? PyLong_AsSsize_t(x) : -1;
-            if (d < 0 || d >= n) {
-                PyErr_Clear();
+            if (position(PyList_GET_ITEM(list, k), n) < 0) {
                 *bad = 1;
                 return 0;
             }
         }
-        R->more[j] = list; /* kept alive by the caller's tuple */
+        R->more[j] = list; /* (borrowed: the Program that owns the dict outlives the loop) */
         found++;
     }
     if (found != several) *bad = 1;
@@ -658,10 +664,8 @@ static int load_rank(Loop *L, Rank *R, PyObject *spec, int *bad, int64_t *total)
     if (load_more(R, more, bad) < 0 || *bad) return *bad ? 0 : -1;
     if (load_talk(L, R, talk, aux, need, cost, klass, bytes, bad, total) < 0 || *bad) return *bad ? 0 : -1;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(roots); k++) {
-        PyObject *x = PyList_GET_ITEM(roots, k);
-        Py_ssize_t i = PyLong_Check(x) ? PyLong_AsSsize_t(x) : -1;
-        if (i < 0 || i >= n) {
-            PyErr_Clear();
+        Py_ssize_t i = position(PyList_GET_ITEM(roots, k), n);
+        if (i < 0) {
             *bad = 1;
             return 0;
         }
