@@ -26,6 +26,7 @@ from converters.diagnostics import Diagnostics, InputError
 from converters.model import CollType, ExecutionTrace, NodeKind, Rank
 from converters.scheduler import Deadlock, load_network, network_for
 from converters.scheduler.engine import Engine, _loop
+from converters.scheduler.network import Network
 from converters.scheduler.quotient import find_quotient
 from converters.scheduler.summary import summarize
 
@@ -255,3 +256,34 @@ def test_c_loop_declines_what_python_must_report():
     assert engine._native_run() is None
     with pytest.raises(InputError, match="does not include rank 1"):
         engine.run()
+
+
+@needs_c
+def test_traffic_past_64_bits_is_summed_in_python():
+    """Three all-reduces of nearly 2**62 bytes each: their bytes overflow an int64, so the C
+    loop gives no traffic and the summary sums it as the Python loop's does."""
+    from helpers.scheduler_synth import coll, shared_trace
+
+    huge = (1 << 62) - 1
+    trace = shared_trace(2, [coll(0, CollType.ALL_REDUCE, huge), coll(1, CollType.ALL_REDUCE, huge, deps=[0]),
+                             coll(2, CollType.ALL_REDUCE, huge, deps=[1])])
+    fast = Network({"default": {"bandwidth_gbps": 1e12, "latency_ns": 100, "chunks": 1, "endpoint_delay_ns": 0,
+                                "local_mem_gbps": 1e12}})
+    native = Engine(trace, fast)
+    got = native._native_run()
+    assert got is not None and native.traffic is None and native.talking is not None
+    python = Engine(trace, fast, native=False)
+    expected = python.run()
+    assert got == expected
+    summary = summarize(native, *got)
+    assert summary == summarize(python, *expected)
+    assert sum(row["bytes"] for row in summary["comm"].values()) == 2 * 3 * huge
+
+
+@needs_c
+def test_the_dry_run_keeps_no_times():
+    trace = _tied_trace(3)
+    engine = Engine(trace, _net(), timeline=False)
+    assert engine._native_run() == ([], [], [])
+    assert engine.done == [len(p.nodes) for p in engine.progs]
+    assert Engine(trace, _net())._native_run()[0]  # with times: a list per rank
