@@ -287,3 +287,24 @@ def test_the_dry_run_keeps_no_times():
     assert engine._native_run() == ([], [], [])
     assert engine.done == [len(p.nodes) for p in engine.progs]
     assert Engine(trace, _net())._native_run()[0]  # with times: a list per rank
+
+
+class _Fields:
+    __slots__ = ("group", "coll", "size")
+
+    def __init__(self, group, coll, size):
+        self.group, self.coll, self.size = group, coll, size
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([None, 1, 2, True]), st.sampled_from([0, 1, 1.0, CollType.ALL_REDUCE]),
+                          st.sampled_from([0, 4096, 4096.0, 10**20])), max_size=40))
+def test_distinct_numbers_values_as_a_dict_does(values):
+    """_loop.distinct (the collectives' rows in Engine._talk_tables) against a dict of tuples:
+    values equal but not identical (1 and True, 4096 and 4096.0) are one key, as in a dict."""
+    index, firsts = _loop.distinct([_Fields(*v) for v in values], ("group", "coll", "size"))
+    numbers: dict[tuple, int] = {}
+    expected = [numbers.setdefault(v, len(numbers)) for v in values]
+    assert index == expected
+    assert firsts == [values.index(v) for v in numbers]

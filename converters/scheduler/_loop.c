@@ -567,40 +567,64 @@ static int load_more(Rank *R, PyObject *more, int *bad) {
     return 0;
 }
 
-/* A communication node's (group or channel, issuers needed, cost), given for those nodes only
-   (`talk` lists their positions): spread over one slot per node. Its traffic class (summary.py
-   sums the busy time of each) stays beside `talk`. */
-static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *need, PyObject *cost,
-                     PyObject *klass, PyObject *bytes, int *bad, int64_t *total) {
+/* A communication node's (group or channel, issuers needed, cost, traffic class, bytes) is one
+   of `rows`, shared by the nodes alike: `talk` lists the nodes' positions, `index` their rows.
+   The first three go into the node's slot; its traffic class (summary.py sums the busy time of
+   each, -1 for a receive) and bytes stay beside `talk`. */
+static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *index, PyObject *rows, int *bad, int64_t *total) {
     Py_ssize_t n = R->n, count = PyList_Check(talk) ? PyList_GET_SIZE(talk) : -1;
-    int64_t *at = NULL, *a = NULL, *k = NULL, *c = NULL;
+    Py_ssize_t nrows = PyList_Check(rows) ? PyList_GET_SIZE(rows) : -1;
+    int64_t *at = NULL, *which = NULL, *row = NULL;
     int rc = -1;
-    if (count < 0) {
+    if (count < 0 || nrows < 0) {
         *bad = 1;
         return 0;
     }
-    if (!(R->klass = int64s(klass, count, -1, count, bad)) || !(R->bytes = int64s(bytes, count, 0, TIME_LIMIT, bad)) ||
-        !(at = int64s(talk, count, 0, n, bad)) || !(a = int64s(aux, count, 0, INT32_MAX, bad)) ||
-        !(k = int64s(need, count, 0, INT32_MAX, bad)) || !(c = int64s(cost, count, -TIME_LIMIT, TIME_LIMIT, bad))) {
+    enum { AUX, NEED, COST, KLASS, BYTES, FIELDS };
+    static const int64_t lo[FIELDS] = {0, 0, -TIME_LIMIT, -1, 0};
+    const int64_t hi[FIELDS] = {INT32_MAX, INT32_MAX, TIME_LIMIT, nrows, TIME_LIMIT};
+    row = PyMem_Malloc((size_t)(nrows ? nrows : 1) * FIELDS * sizeof(int64_t));
+    if (!row) goto out;
+    for (Py_ssize_t u = 0; u < nrows && !*bad; u++) {
+        PyObject *fields = PyList_GET_ITEM(rows, u);
+        if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) != FIELDS) {
+            *bad = 1;
+            break;
+        }
+        for (int f = 0; f < FIELDS; f++) {
+            PyObject *x = PyTuple_GET_ITEM(fields, f);
+            int overflow = 0;
+            long long value = PyLong_Check(x) ? PyLong_AsLongLongAndOverflow(x, &overflow) : 0;
+            if (!PyLong_Check(x) || overflow || value < lo[f] || value >= hi[f]) *bad = 1;
+            row[u * FIELDS + f] = value;
+        }
+    }
+    if (*bad || !(at = int64s(talk, count, 0, n, bad)) || !(which = int64s(index, count, 0, nrows, bad)) ||
+        !(R->klass = PyMem_Malloc((size_t)(count ? count : 1) * sizeof(int64_t))) ||
+        !(R->bytes = PyMem_Malloc((size_t)(count ? count : 1) * sizeof(int64_t)))) {
         rc = *bad ? 0 : -1;
         goto out;
     }
     for (Py_ssize_t j = 0; j < count; j++) {
         Py_ssize_t i = (Py_ssize_t)at[j];
+        const int64_t *fields = &row[which[j] * FIELDS];
+        int64_t cost = fields[COST];
         int t = R->node[i].type;
         if (t != T_COLL && t != T_SEND && t != T_RECV) *bad = 1;
-        if (t == T_SEND && c[j] < 0) *bad = 1; /* (an end before its start: times must not go below 0) */
+        if (t == T_SEND && cost < 0) *bad = 1; /* (an end before its start: times must not go below 0) */
         int64_t *most = t == T_COLL ? &L->max_group : &L->max_channel; /* (checked once all are read) */
-        if (a[j] > *most) *most = a[j];
+        if (fields[AUX] > *most) *most = fields[AUX];
         /* The loop only ever adds a duration or cost to a time that is a sum of others: below
            2**62 in all, no int64 overflows. */
-        if (c[j] > 0 && c[j] >= TIME_LIMIT - *total) *bad = 1;
+        if (cost > 0 && cost >= TIME_LIMIT - *total) *bad = 1;
         if (*bad) break;
-        if (c[j] > 0) *total += c[j];
-        R->node[i].aux = (int32_t)a[j];
-        R->node[i].need = (int32_t)k[j];
-        R->node[i].cost = c[j];
-        if (R->klass[j] >= R->nklass) R->nklass = R->klass[j] + 1;
+        if (cost > 0) *total += cost;
+        R->node[i].aux = (int32_t)fields[AUX];
+        R->node[i].need = (int32_t)fields[NEED];
+        R->node[i].cost = cost;
+        R->klass[j] = fields[KLASS];
+        R->bytes[j] = fields[BYTES];
+        if (fields[KLASS] >= R->nklass) R->nklass = fields[KLASS] + 1;
     }
     if (L->timeline) { /* (for the summary; a dry run makes none) */
         R->talk = at;
@@ -613,19 +637,18 @@ static int load_talk(Loop *L, Rank *R, PyObject *talk, PyObject *aux, PyObject *
     }
     rc = 0;
 out:
+    if (rc < 0 && !PyErr_Occurred()) PyErr_NoMemory();
     PyMem_Free(at);
-    PyMem_Free(a);
-    PyMem_Free(k);
-    PyMem_Free(c);
+    PyMem_Free(which);
+    PyMem_Free(row);
     return rc;
 }
 
-/* (types, queue, durations, ndeps, next_of, more, prio, by_prio, roots, talk, aux, need, cost, klass, bytes) */
+/* (types, queue, durations, ndeps, next_of, more, prio, by_prio, roots, talk, index, rows) */
 static int load_rank(Loop *L, Rank *R, PyObject *spec, int *bad, int64_t *total) {
-    PyObject *types, *queue, *dur, *ndeps, *next_of, *more, *prio, *by_prio, *roots, *talk, *aux, *need, *cost, *klass,
-        *bytes;
-    if (!PyArg_ParseTuple(spec, "SSOOOO!OOOOOOOOO", &types, &queue, &dur, &ndeps, &next_of, &PyDict_Type, &more,
-                          &prio, &by_prio, &roots, &talk, &aux, &need, &cost, &klass, &bytes))
+    PyObject *types, *queue, *dur, *ndeps, *next_of, *more, *prio, *by_prio, *roots, *talk, *index, *rows;
+    if (!PyArg_ParseTuple(spec, "SSOOOO!OOOOOO", &types, &queue, &dur, &ndeps, &next_of, &PyDict_Type, &more, &prio,
+                          &by_prio, &roots, &talk, &index, &rows))
         return -1;
     Py_ssize_t n = R->n = PyBytes_GET_SIZE(types);
     if (PyBytes_GET_SIZE(queue) != n || !PyList_Check(roots) || n >= L->stride) {
@@ -661,7 +684,7 @@ static int load_rank(Loop *L, Rank *R, PyObject *spec, int *bad, int64_t *total)
     }
     R->last[0] = R->last[1] = NO_CAUSE;
     if (load_more(R, more, bad) < 0 || *bad) return *bad ? 0 : -1;
-    if (load_talk(L, R, talk, aux, need, cost, klass, bytes, bad, total) < 0 || *bad) return *bad ? 0 : -1;
+    if (load_talk(L, R, talk, index, rows, bad, total) < 0 || *bad) return *bad ? 0 : -1;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(roots); k++) {
         Py_ssize_t i = position(PyList_GET_ITEM(roots, k), n);
         if (i < 0) {
@@ -925,7 +948,80 @@ out:
     return result;
 }
 
+/* distinct(objects, names) -> (index, firsts): the objects told apart by the values of their
+   attributes `names` (compared with ==, as dict keys are): index[j] numbers object j's values
+   in the order they first appear, firsts[u] is the first object with the u-th. Neighbours
+   alike (most communication nodes of a log) are compared without a key being made. */
+static PyObject *loop_distinct(PyObject *self, PyObject *args) {
+    PyObject *objects, *names;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &objects, &PyTuple_Type, &names)) return NULL;
+    enum { MOST = 8 };
+    Py_ssize_t count = PyList_GET_SIZE(objects), width = PyTuple_GET_SIZE(names), number = -1;
+    if (width < 1 || width > MOST) {
+        PyErr_SetString(PyExc_ValueError, "distinct() takes 1 to 8 attribute names");
+        return NULL;
+    }
+    PyObject *previous[MOST] = {NULL}, *current[MOST] = {NULL};
+    PyObject *index = PyList_New(count), *firsts = PyList_New(0), *seen = PyDict_New(), *result = NULL;
+    if (!index || !firsts || !seen) goto out;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        PyObject *object = PyList_GET_ITEM(objects, j);
+        int same = number >= 0;
+        for (Py_ssize_t f = 0; f < width; f++) {
+            current[f] = PyObject_GetAttr(object, PyTuple_GET_ITEM(names, f));
+            if (!current[f]) goto out;
+            if (same) {
+                same = PyObject_RichCompareBool(current[f], previous[f], Py_EQ);
+                if (same < 0) goto out;
+            }
+        }
+        if (!same) {
+            PyObject *key = PyTuple_New(width);
+            if (!key) goto out;
+            for (Py_ssize_t f = 0; f < width; f++) PyTuple_SET_ITEM(key, f, Py_NewRef(current[f]));
+            PyObject *known = PyDict_GetItemWithError(seen, key);
+            if (known) {
+                number = PyLong_AsSsize_t(known);
+            } else if (!PyErr_Occurred()) {
+                number = PyList_GET_SIZE(firsts);
+                PyObject *numbered = PyLong_FromSsize_t(number), *place = PyLong_FromSsize_t(j);
+                int failed = !numbered || !place || PyDict_SetItem(seen, key, numbered) < 0 ||
+                             PyList_Append(firsts, place) < 0;
+                Py_XDECREF(numbered);
+                Py_XDECREF(place);
+                if (failed) {
+                    Py_DECREF(key);
+                    goto out;
+                }
+            }
+            Py_DECREF(key);
+            if (PyErr_Occurred()) goto out;
+        }
+        for (Py_ssize_t f = 0; f < width; f++) { /* the values to compare the next object's with */
+            Py_XSETREF(previous[f], current[f]);
+            current[f] = NULL;
+        }
+        PyObject *numbered = PyLong_FromSsize_t(number);
+        if (!numbered) goto out;
+        PyList_SET_ITEM(index, j, numbered);
+    }
+    result = PyTuple_Pack(2, index, firsts);
+out:
+    for (Py_ssize_t f = 0; f < MOST; f++) {
+        Py_XDECREF(previous[f]);
+        Py_XDECREF(current[f]);
+    }
+    Py_XDECREF(index);
+    Py_XDECREF(firsts);
+    Py_XDECREF(seen);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"distinct", loop_distinct, METH_VARARGS,
+     "distinct(objects, names) -> (index, firsts): the objects numbered by the values of their attributes `names`, "
+     "in the order those first appear, and the first object of each."},
     {"run", loop_run, METH_VARARGS,
      "run(ranks, count, stride, groups, channels, times=True) -> (starts, ends, cause, computing, talking, traffic) or None: engine.Engine.run's "
      "loop over the tables Engine._native_inputs makes; None when the Python loop must run instead."},

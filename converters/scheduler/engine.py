@@ -99,6 +99,8 @@ _QUEUE_TABLE = _table(lambda t: _QUEUE_BY_TYPE[t] if t < len(_QUEUE_BY_TYPE) els
 IS_COMPUTE = _table(lambda t: t == T_COMPUTE)  # T_* -> 1 for compute nodes
 IS_TALK = _table(lambda t: t in (T_COLL, T_SEND, T_RECV))  # T_* -> 1 for communication nodes
 IS_COLL_OR_SEND = _table(lambda t: t in (T_COLL, T_SEND))  # T_* -> 1 for nodes that use the comm slot
+IS_COLL = _table(lambda t: t == T_COLL)  # T_* -> 1 for collectives
+IS_P2P = _table(lambda t: t in (T_SEND, T_RECV))  # T_* -> 1 for sends and receives
 
 
 def indices(types: bytes, table: bytes) -> list[int]:
@@ -472,58 +474,49 @@ class Engine:
             yield (prog.types, prog.queue, prog.durations, prog.ndeps, prog.next_of, prog.more,
                    None if ascending else prog.prio, None if ascending else prog.by_prio, prog.roots(), *talk)
 
-    def _talk_tables(self, r: int, prog: Program, groups: dict, channels: dict) -> tuple[tuple[list[int], ...], list[int]]:
-        """Position r's communication nodes and, for each, what the Python loop looks up when it
-        issues it: a collective's instance group (numbered in `groups`), issuers needed and cost;
-        a send's or receive's channel (numbered in `channels`) and a send's cost. And, for the
-        summary, its traffic class (summary._gather_traffic's gathering by group and type; -1
-        for a receive) and its bytes; with the first node of each class."""
+    def _talk_tables(self, r: int, prog: Program, groups: dict, channels: dict) -> tuple[tuple[list, ...], list[int]]:
+        """Position r's communication nodes, and for each a row of what the Python loop looks up
+        when it issues it: a collective's instance group (numbered in `groups`), issuers needed
+        and cost, a send's or receive's channel (numbered in `channels`) and a send's cost; and
+        for the summary its traffic class (summary._gather_traffic's gathering by group and
+        type; -1 for a receive) and bytes. (positions, row of each, rows), and the first node
+        of each class. Collectives alike in group, collective and size share a row: a log's
+        are nearly every node, and _loop.distinct tells them apart without a Python step each."""
         nodes, types = prog.nodes, prog.types
-        talk = indices(types, IS_TALK)
-        aux, need, cost, klass, sizes, first = [], [], [], [], [], []
-        by_group: dict[Any, tuple] = {}  # node.group -> (number, needed, costs, coll_info, class) of collectives
-        send_costs: dict[tuple, int] = {}
+        colls = indices(types, IS_COLL)
+        index, firsts = _loop.distinct(list(map(nodes.__getitem__, colls)), ("group", "coll", "size"))
+        rows: list[tuple[int, int, int, int, int]] = []
+        first: list[int] = []
+        by_group: dict[Any, tuple] = {}  # node.group -> (number, needed, costs, coll_info, class)
+        for j in firsts:
+            node = nodes[colls[j]]
+            found = by_group.get(node.group)
+            if found is None:
+                info = self.coll_info(r, node)
+                first.append(colls[j])
+                found = by_group[node.group] = (groups.setdefault(info[0], len(groups)), info[1], info[5], info,
+                                                len(first) - 1)
+            number, needed, costs, info, kind = found
+            ns = costs.get((node.coll, node.size))
+            if ns is None:
+                ns = costs[(node.coll, node.size)] = self.net.collective_ns(node.coll, node.size, *info[2:5])
+            rows.append((number, needed, ns, kind, node.size))
+        p2p = indices(types, IS_P2P)
         classes: dict[tuple, int] = {}  # (node.group, type) -> class of sends
-        for i in talk:
+        for i in p2p:
             node = nodes[i]
-            typ = types[i]
-            size = node.size
-            if typ == T_COLL:
-                found = by_group.get(node.group)
-                if found is None:
-                    info = self.coll_info(r, node)
-                    first.append(i)
-                    found = by_group[node.group] = (groups.setdefault(info[0], len(groups)), info[1], info[5], info,
-                                                    len(first) - 1)
-                number, needed, costs, info, kind = found
-                ns = costs.get((node.coll, size))
-                if ns is None:
-                    ns = costs[(node.coll, size)] = self.net.collective_ns(node.coll, size, *info[2:5])
-                aux.append(number)
-                need.append(needed)
-                cost.append(ns)
-                klass.append(kind)
-                sizes.append(size)
+            sending = types[i] == T_SEND
+            channel = channels.setdefault(self.channel_key(r, node, sending), len(channels))
+            index.append(len(rows))
+            if not sending:
+                rows.append((channel, 0, 0, -1, 0))
                 continue
-            sending = typ == T_SEND
-            aux.append(channels.setdefault(self.channel_key(r, node, sending), len(channels)))
-            need.append(0)
-            if sending:
-                ns = send_costs.get((node.group, node.peer, size))
-                if ns is None:
-                    ns = send_costs[(node.group, node.peer, size)] = self.send_ns(r, node)
-                kind = classes.get((node.group, typ))
-                if kind is None:
-                    first.append(i)
-                    kind = classes[(node.group, typ)] = len(first) - 1
-                cost.append(ns)
-                klass.append(kind)
-                sizes.append(size)
-            else:
-                cost.append(0)
-                klass.append(-1)
-                sizes.append(0)
-        return (talk, aux, need, cost, klass, sizes), first
+            kind = classes.get((node.group, T_SEND))
+            if kind is None:
+                first.append(i)
+                kind = classes[(node.group, T_SEND)] = len(first) - 1
+            rows.append((channel, 0, self.send_ns(r, node), kind, node.size))
+        return (colls + p2p, index, rows), first
 
     def _python_run(self) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
         """The loop in Python: the specification _loop.c follows."""
