@@ -4,17 +4,19 @@
    issue, a collective's instance, a send meeting its receive) so that every start, end and
    cause is the same to the nanosecond, and tests/test_scheduler_c.py holds the two together.
    What needs Python (groups, the network's costs, channel keys) is worked out by
-   Engine._native_inputs before the loop: one (group, issuers needed, cost) or (channel, cost)
-   per communication node. Anything out of the ordinary returns None and the Python loop runs
-   instead: a rank that cannot finish (the deadlock report is Python's), a time that would not
-   fit 62 bits, a table of an unexpected type.
+   Engine._talk_tables before the loop: rows of (group or channel, issuers needed, cost,
+   traffic class, bytes), and the row of each communication node (collectives alike share one:
+   distinct() below numbers them). Anything out of the ordinary returns None and the Python
+   loop runs instead: a rank that cannot finish (the deadlock report is Python's), a time that
+   would not fit 62 bits, a table of an unexpected type.
 
-   run(ranks, count, stride, groups, channels, times=True) -> (starts, ends, cause, computing, talking, traffic)
-   or None (True instead of the tuple when times is false: every rank finished, which is all a
-   dry run asks). ranks: an iterable of `count` tuples, one per rank position, as
-   Engine._native_inputs yields them; groups, channels: the dicts it numbers them in. Per rank position:
-   the three per-node lists; when its compute stream was busy (as engine.py's `computing`); and
-   for summary.py, when its communication ran (merged) and per traffic class (count, bytes, busy ns).
+   run(ranks, count, stride, groups, channels, times=True)
+       -> (starts, ends, cause, computing, talking, traffic), or None
+   ranks: an iterable of `count` tuples, one per rank position, as Engine._native_inputs yields
+   them; groups, channels: the dicts it numbers them in. Per rank position: the three per-node
+   lists; when its compute stream was busy (as engine.py's `computing`); and for summary.py,
+   when its communication ran (merged) and per traffic class (count, bytes, busy ns). With
+   times false, True instead of the tuple: every rank finished, which is all a dry run asks.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1024,7 +1026,7 @@ static PyMethodDef methods[] = {
      "in the order those first appear, and the first object of each."},
     {"run", loop_run, METH_VARARGS,
      "run(ranks, count, stride, groups, channels, times=True) -> (starts, ends, cause, computing, talking, traffic) or None: engine.Engine.run's "
-     "loop over the tables Engine._native_inputs makes; None when the Python loop must run instead."},
+     "loop over the tables Engine._native_inputs yields; None when the Python loop must run instead."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -38,7 +38,8 @@ plain per-node rule.
 
 The loop in C (`_loop.c`, built by setup.py where a compiler is) follows `Engine._python_run`
 node by node, the plain rule the runs above reproduce; what needs Python (groups, costs, channel
-keys) is looked up once per communication node before it runs (`_native_inputs`), and it adds
+keys) is looked up before it runs, once per distinct collective and per send or receive
+(`_talk_tables`), and handed over one rank at a time (`_native_inputs`); the loop adds
 up what the summary needs (merged communication stretches, traffic per group and type). It
 declines, and the Python loop runs, wherever the Python loop would raise or stall: its error
 or deadlock report is then the same as without the C module. tests/test_scheduler_c.py holds
