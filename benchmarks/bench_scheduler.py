@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-from contextlib import contextmanager
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,9 +3,10 @@
 `Engine.run` takes the C loop where setup.py built it; `Engine._python_run` is the
 specification, and runs instead wherever the C loop declines (a rank that cannot finish, a
 lookup that raises). Both must give the same starts, ends, causes and compute stretches to the
-nanosecond, and the same summary: on every sample, on measured-like logs whose ranks all differ, on random traces
-full of ties, and on random graphs of every node kind with several dependents, unordered ids,
-missing dependencies and deadlocks (whose report is then the Python loop's, the same as before).
+nanosecond, and the same summary: on every sample, on measured-like logs whose ranks all
+differ, on random traces full of ties, and on random graphs of every node kind with several
+dependents, unordered ids, missing dependencies and deadlocks (whose report is then the
+Python loop's, the same as before).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def test_the_c_modules_are_built_from_their_current_source(module):
     source = built.parent / (module.rsplit(".", 1)[1] + ".c")
     if not source.exists():
         pytest.skip(f"{module} is installed without its source")
-    assert built.stat().st_mtime >= source.stat().st_mtime, f"{built.name} is older than {source.name}: make (or pip install -e .) builds it again"
+    assert built.stat().st_mtime >= source.stat().st_mtime, (
+        f"{built.name} is older than {source.name}: make (or pip install -e .) builds it again")
 
 
 def same_schedule(trace: ExecutionTrace, net, quotient=None):

@@ -667,7 +667,8 @@ static int load_rank(Loop *L, Rank *R, PyObject *spec, int *bad, int64_t *total)
         if (!(R->prio = shared_int64s(L, prio, 2, n, 0, n, bad))) return *bad ? 0 : -1;
         if (!(R->by_prio = shared_int64s(L, by_prio, 2, n, 0, n, bad))) return *bad ? 0 : -1;
     }
-    const uint8_t *kinds = (const uint8_t *)PyBytes_AS_STRING(types), *queues = (const uint8_t *)PyBytes_AS_STRING(queue);
+    const uint8_t *kinds = (const uint8_t *)PyBytes_AS_STRING(types);
+    const uint8_t *queues = (const uint8_t *)PyBytes_AS_STRING(queue);
     R->node = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Slot));
     if (!R->node) return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1025,8 +1026,9 @@ static PyMethodDef methods[] = {
      "distinct(objects, names) -> (index, firsts): the objects numbered by the values of their attributes `names`, "
      "in the order those first appear, and the first object of each."},
     {"run", loop_run, METH_VARARGS,
-     "run(ranks, count, stride, groups, channels, times=True) -> (starts, ends, cause, computing, talking, traffic) or None: engine.Engine.run's "
-     "loop over the tables Engine._native_inputs yields; None when the Python loop must run instead."},
+     "run(ranks, count, stride, groups, channels, times=True) -> (starts, ends, cause, computing, talking, "
+     "traffic), True (times false) or None: engine.Engine.run's loop over the tables Engine._native_inputs "
+     "yields; None when the Python loop must run instead."},
     {NULL, NULL, 0, NULL},
 };
 

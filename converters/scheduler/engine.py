@@ -485,11 +485,11 @@ class Engine:
         are nearly every node, and _loop.distinct tells them apart without a Python step each."""
         nodes, types = prog.nodes, prog.types
         colls = indices(types, IS_COLL)
-        index, firsts = _loop.distinct(list(map(nodes.__getitem__, colls)), ("group", "coll", "size"))
+        index, leaders = _loop.distinct(list(map(nodes.__getitem__, colls)), ("group", "coll", "size"))
         rows: list[tuple[int, int, int, int, int]] = []
         first: list[int] = []
         by_group: dict[Any, tuple] = {}  # node.group -> (number, needed, costs, coll_info, class)
-        for j in firsts:
+        for j in leaders:
             node = nodes[colls[j]]
             found = by_group.get(node.group)
             if found is None:
@@ -504,6 +504,7 @@ class Engine:
             rows.append((number, needed, ns, kind, node.size))
         p2p = indices(types, IS_P2P)
         classes: dict[tuple, int] = {}  # (node.group, type) -> class of sends
+        send_costs: dict[tuple, int] = {}  # (as issue_send caches them)
         for i in p2p:
             node = nodes[i]
             sending = types[i] == T_SEND
@@ -516,7 +517,10 @@ class Engine:
             if kind is None:
                 first.append(i)
                 kind = classes[(node.group, T_SEND)] = len(first) - 1
-            rows.append((channel, 0, self.send_ns(r, node), kind, node.size))
+            ns = send_costs.get((node.group, node.peer, node.size))
+            if ns is None:
+                ns = send_costs[(node.group, node.peer, node.size)] = self.send_ns(r, node)
+            rows.append((channel, 0, ns, kind, node.size))
         return (colls + p2p, index, rows), first
 
     def _python_run(self) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:

@@ -111,7 +111,10 @@ def _add_traffic(comm: dict[str, dict[str, int]], engine: Engine, r: int, st: li
     `copies` ranks share this timeline). `coll_or_send`: the program's collectives and sends."""
     rank = engine.ranks[r]
     nodes = engine.progs[r].nodes
-    gathered = engine.traffic[r] if engine.traffic is not None else _gather_traffic(engine.progs[r], st, en, coll_or_send)
+    if engine.traffic is not None:  # the C loop's sums
+        gathered = engine.traffic[r]
+    else:
+        gathered = _gather_traffic(engine.progs[r], st, en, coll_or_send)
     for first, count, size, busy in gathered:
         node = nodes[first]
         kind = engine.kind_of(rank.group_of(node), node)
