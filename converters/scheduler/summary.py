@@ -25,22 +25,35 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
     cache: dict[int, dict[str, int]] = {}  # ranks sharing timelines share their breakdown
     finishes = []  # per position: its latest end
     # Programs of one structure share their types (engine.Program): their communication
-    # nodes are found once.
-    talk_of: dict[int, tuple[list[int], list[int]]] = {}
+    # nodes are found once, and only where the engine's C loop did not already merge and sum them.
+    found: dict[tuple[int, int], list[int]] = {}
+
+    def nodes_of(prog, table: bytes) -> list[int]:
+        key = (id(prog.types), id(table))
+        places = found.get(key)
+        if places is None:
+            places = found[key] = indices(prog.types, table)
+        return places
+
     for r in range(len(engine.ranks)):
         prog = engine.progs[r]
-        talk = talk_of.get(id(prog.types))
-        if talk is None:
-            talk = talk_of[id(prog.types)] = (indices(prog.types, IS_TALK), indices(prog.types, IS_COLL_OR_SEND))
-        key = id(starts[r])
+        st, en = starts[r], ends[r]
+        key = id(st)
         if key not in cache:
-            talking = engine.talking[r] if engine.talking is not None else None
-            cache[key] = _breakdown(prog, starts[r], ends[r], engine.computing[r], talk[0], talking)
+            if engine.talking is not None:
+                talking = engine.talking[r]
+            else:
+                talking = _merge([(st[i], en[i]) for i in nodes_of(prog, IS_TALK) if en[i] > st[i]])
+            cache[key] = _breakdown(prog, st, en, engine.computing[r], talking)
         finishes.append(cache[key]["finish_ns"])
         members = engine.class_members(r)
         for rank in members:
             ranks_out[str(rank)] = dict(cache[key])
-        _add_traffic(comm, engine, r, starts[r], ends[r], len(members), talk[1])
+        if engine.traffic is not None:
+            gathered = engine.traffic[r]
+        else:
+            gathered = _gather_traffic(prog, st, en, nodes_of(prog, IS_COLL_OR_SEND))
+        _add_traffic(comm, engine, r, gathered, len(members))
     ranks_out = dict(sorted(ranks_out.items(), key=lambda kv: int(kv[0])))
     iteration = max((row["finish_ns"] for row in ranks_out.values()), default=0)
     return {
@@ -51,20 +64,18 @@ def summarize(engine: Engine, starts: list[list[int]], ends: list[list[int]], ca
     }
 
 
-def _breakdown(prog, st: list[int], en: list[int], computing: list[list[int]], talk_nodes: list[int],
-               talking: list[tuple[int, int]] | None = None) -> dict[str, int]:
+def _breakdown(prog, st: list[int], en: list[int], computing: list[list[int]],
+               talking: list[tuple[int, int]]) -> dict[str, int]:
     """`computing`: the engine's record of when the rank's compute stream was busy (sorted,
     touching stretches joined); memory nodes, which run beside it, are added when there are any.
-    `talk_nodes`: the program's communication nodes; `talking`, when the engine's C loop gave it,
-    their stretches already merged."""
+    `talking`: when its communication nodes ran, merged and sorted."""
     memory_nodes = _memory_nodes(prog)
     busy = computing
     if memory_nodes:
         busy = _merge([(a, b) for a, b in computing] + [(st[i], en[i]) for i in memory_nodes if en[i] > st[i]])
-    talk = talking if talking is not None else _merge([(st[i], en[i]) for i in talk_nodes if en[i] > st[i]])
     finish = max(en, default=0)
     compute = sum(b - a for a, b in busy)
-    exposed = _measure_outside(talk, busy)
+    exposed = _measure_outside(talking, busy)
     return {"finish_ns": finish, "compute_ns": compute, "exposed_comm_ns": exposed,
             "idle_ns": max(0, finish - compute - exposed)}
 
@@ -105,16 +116,13 @@ def _measure_outside(talk: list[tuple[int, int]], busy: list[tuple[int, int]]) -
     return total
 
 
-def _add_traffic(comm: dict[str, dict[str, int]], engine: Engine, r: int, st: list[int], en: list[int], copies: int,
-                 coll_or_send: list[int]) -> None:
+def _add_traffic(comm: dict[str, dict[str, int]], engine: Engine, r: int,
+                 gathered: list[tuple[int, int, int, int]], copies: int) -> None:
     """Collectives and sends per group kind: node count, bytes and busy time (summed over ranks;
-    `copies` ranks share this timeline). `coll_or_send`: the program's collectives and sends."""
+    `copies` ranks share this timeline). `gathered`: position r's (first node, count, bytes,
+    busy ns) per (group, type), from the C loop or _gather_traffic."""
     rank = engine.ranks[r]
     nodes = engine.progs[r].nodes
-    if engine.traffic is not None:  # the C loop's sums
-        gathered = engine.traffic[r]
-    else:
-        gathered = _gather_traffic(engine.progs[r], st, en, coll_or_send)
     for first, count, size, busy in gathered:
         node = nodes[first]
         kind = engine.kind_of(rank.group_of(node), node)
