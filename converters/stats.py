@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import heapq
 import sys
-from operator import itemgetter
+from dataclasses import dataclass
+from itertools import compress, count, repeat
+from operator import eq, itemgetter, sub
 from pathlib import Path
 from typing import Any
 
@@ -69,42 +71,77 @@ def stats_of(trace, timeline) -> dict[str, Any]:
     return out
 
 
-def _collective_instances(trace, timeline) -> dict[tuple[int, int], list]:
-    """(group id, k) -> what the k-th collective of each group shows over its members: [members,
-    bytes of the lowest rank's, earliest start, latest start, its rank (the lowest on a tie), its
-    node, latest end]. Kept as it goes, not member by member: a log's collectives are nearly
-    every node (40 MB of tuples on benchmark 7's set)."""
+@dataclass(slots=True)
+class GroupInstances:
+    """The collective instances of one group: its k-th instance is the k-th collective in that
+    group of each member. Columns by k: how many members have it, the bytes of the lowest
+    rank's, the earliest start, the latest start, who started last (the lowest rank on a tie;
+    an index into `members`), the latest end. `members`: (rank, its collectives in the group)
+    in ascending rank order (the k-th instance is
+    each member's k-th collective, by k in its list)."""
+
+    members: list[tuple[int, list]]
+    counts: list[int]
+    sizes: list[int]
+    first_starts: list[int]
+    last_starts: list[int]
+    last_members: list[int]
+    last_ends: list[int]
+
+
+def _collective_instances(trace, timeline) -> dict[Any, GroupInstances]:
+    """Group id -> its collective instances (GroupInstances). A log's collectives are nearly
+    every node, so each rank's are sorted into their groups by comprehensions and each group's
+    instances are summed column by column over its members."""
     from .model import NodeKind
 
-    instances: dict[tuple[int, int], list] = {}
-    for rank in trace.sorted_ranks():  # (ascending ranks: a tie keeps the lower rank)
-        r, st, en = rank.rank, timeline.starts[rank.rank], timeline.ends[rank.rank]
-        seen: dict[int, int] = {}
-        gmap = rank.group_map or {}  # (Rank.group_of, inline)
-        for i, node in enumerate(rank.nodes):
-            if node.kind != NodeKind.COLLECTIVE:
-                continue
-            gid = gmap.get(node.group, node.group)
-            k = seen.get(gid, 0)
-            seen[gid] = k + 1
-            start, end = st[i], en[i]
-            instance = instances.get((gid, k))
-            if instance is None:
-                instances[gid, k] = [1, node.size, start, start, r, node, end]
-                continue
-            instance[0] += 1
-            if start < instance[2]:
-                instance[2] = start
-            if start > instance[3]:
-                instance[3], instance[4], instance[5] = start, r, node
-            if end > instance[6]:
-                instance[6] = end
-    return instances
+    members_of: dict[Any, list] = {}  # group id -> [(rank, nodes, starts, ends)] in ascending ranks
+    collective = NodeKind.COLLECTIVE
+    for rank in trace.sorted_ranks():
+        st, en, nodes = timeline.starts[rank.rank], timeline.ends[rank.rank], rank.nodes
+        where = [i for i, node in enumerate(nodes) if node.kind == collective]
+        groups = [nodes[i].group for i in where]
+        if rank.group_map:  # (Rank.group_of, for the whole list)
+            groups = list(map(rank.group_map.get, groups, groups))
+        for gid in dict.fromkeys(groups):
+            mine = list(compress(where, map(eq, groups, repeat(gid))))
+            members_of.setdefault(gid, []).append((rank.rank, list(map(nodes.__getitem__, mine)),
+                                                   list(map(st.__getitem__, mine)), list(map(en.__getitem__, mine))))
+    return {gid: _instances_of(members) for gid, members in members_of.items()}
+
+
+def _instances_of(members: list) -> GroupInstances:
+    """A group's GroupInstances from its members' (rank, nodes, starts, ends), ascending ranks."""
+    lengths = {len(nodes) for _, nodes, _, _ in members}
+    kept = [(rank, nodes) for rank, nodes, _, _ in members]
+    if len(lengths) == 1:  # every member has every instance: whole columns, folded member by member
+        _, nodes, first_starts, last_ends = members[0]
+        last_starts, last_members = first_starts, [0] * len(nodes)
+        for m, (_, _, starts, ends) in enumerate(members[1:], 1):
+            first_starts = [a if a <= b else b for a, b in zip(first_starts, starts)]
+            last_members = [w if a >= b else m for w, a, b in zip(last_members, last_starts, starts)]
+            last_starts = [a if a >= b else b for a, b in zip(last_starts, starts)]
+            last_ends = [a if a >= b else b for a, b in zip(last_ends, ends)]
+        return GroupInstances(kept, [len(members)] * len(nodes), [node.size for node in nodes],
+                              first_starts, last_starts, last_members, last_ends)
+    found = GroupInstances(kept, [], [], [], [], [], [])
+    for k in range(max(lengths)):
+        present = [(m, nodes[k], starts[k], ends[k])
+                   for m, (_, nodes, starts, ends) in enumerate(members) if len(nodes) > k]
+        first_start = min(start for _, _, start, _ in present)
+        last = max(present, key=lambda member: (member[2], -member[0]))  # the lowest rank on a tie
+        found.counts.append(len(present))
+        found.sizes.append(present[0][1].size)
+        found.first_starts.append(first_start)
+        found.last_starts.append(last[2])
+        found.last_members.append(last[0])
+        found.last_ends.append(max(end for _, _, _, end in present))
+    return found
 
 
 def _labels(trace, instances: dict) -> dict:
     """Each group id of `instances`: its label ("world" for all ranks, or a group not defined)."""
-    return {gid: trace.groups[gid].label if gid in trace.groups else "world" for gid in {gid for gid, _ in instances}}
+    return {gid: trace.groups[gid].label if gid in trace.groups else "world" for gid in instances}
 
 
 def traffic_by_group(trace, timeline, instances: dict | None = None) -> dict[str, dict[str, int]]:
@@ -112,20 +149,14 @@ def traffic_by_group(trace, timeline, instances: dict | None = None) -> dict[str
     `instances`: `_collective_instances`, when already found."""
     if instances is None:
         instances = _collective_instances(trace, timeline)
-    per_group: dict[Any, list[int]] = {}  # group id -> [instances, bytes, span]
-    for (gid, _), instance in instances.items():
-        row = per_group.get(gid)
-        if row is None:
-            row = per_group[gid] = [0, 0, 0]
-        row[0] += 1
-        row[1] += instance[1]
-        row[2] += instance[6] - instance[2]
     labels = _labels(trace, instances)
     out: dict[str, dict[str, int]] = {}
-    for gid in sorted(per_group, key=lambda gid: gid or 0):
+    for gid in sorted(instances, key=lambda gid: gid or 0):
+        group = instances[gid]
         row = out.setdefault(labels[gid], {"instances": 0, "bytes": 0, "span_ns": 0})
-        for name, value in zip(row, per_group[gid]):
-            row[name] += value
+        row["instances"] += len(group.counts)
+        row["bytes"] += sum(group.sizes)
+        row["span_ns"] += sum(group.last_ends) - sum(group.first_starts)
     return out
 
 
@@ -135,15 +166,21 @@ def slowest_collectives(trace, timeline, limit: int = 5, instances: dict | None 
     if instances is None:
         instances = _collective_instances(trace, timeline)
     labels = _labels(trace, instances)
-    # (-span, group, seq, instance) of every instance of two members or more; rows only for the slowest
-    spans = [(instance[2] - instance[6], labels[gid], k, instance)
-             for (gid, k), instance in instances.items() if instance[0] >= 2]
+    # (-span, group, seq, group id) of every instance of two members or more, each group's slowest
+    candidates = []
+    for gid, group in instances.items():
+        shared = [members >= 2 for members in group.counts]
+        negative_spans = map(sub, group.first_starts, group.last_ends)
+        candidates += heapq.nsmallest(limit, compress(zip(negative_spans, repeat(labels[gid]), count(), repeat(gid)),
+                                                      shared))
     rows = []
-    for negative_span, label, k, instance in heapq.nsmallest(limit, spans, key=itemgetter(0, 1, 2)):
-        _, _, first_start, last_start, last_rank, last, _ = instance
+    for negative_span, label, k, gid in heapq.nsmallest(limit, candidates, key=itemgetter(0, 1, 2)):
+        group = instances[gid]
+        rank, nodes = group.members[group.last_members[k]]
+        last = nodes[k]
         rows.append({
             "group": label, "seq": k, "name": last.name, "bytes": last.size, "span_ns": -negative_span,
-            "last_rank": last_rank, "wait_ns": last_start - first_start, "source": last.source or "",
+            "last_rank": rank, "wait_ns": group.last_starts[k] - group.first_starts[k], "source": last.source or "",
         })
     return rows
 

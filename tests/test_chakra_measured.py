@@ -1,11 +1,11 @@
-"""The Chakra reader's fast route for measured messages gives what the recipe route gives.
+"""The Chakra reader's route for measured files gives what the recipe route gives.
 
-A Node message with a start time keeps its rank on a list of its own, so `NodeDecoder.read_nodes`
-makes its Node at once from its head and tail (`measured_values`), and a file whose first nodes
-are measured is not split at its per-rank fields (`starts_measured`). Here random files (plain,
-measured and bent messages, two ranks with messages in common) are read with and without those
-shortcuts: the nodes, the sharing between ranks, the count of non-canonical messages and the
-first error must be the same.
+A file one of whose first messages has a start time (`starts_measured`) shares no list with
+another rank, so it is not split at its per-rank fields and `NodeDecoder.read_measured_nodes`
+makes its Nodes at once from their heads and their tails' templates (in C where it was built:
+test_head_c.py holds it to the Python loop). Here random files (plain, measured and bent
+messages, ranks with messages in common) are read with and without that route: the nodes, the
+sharing between ranks, the count of non-canonical messages and the first error must be the same.
 """
 
 from __future__ import annotations
@@ -49,20 +49,17 @@ def read_both_ways(files: list[bytes], monkeypatch) -> tuple:
 
 
 def recipe_route_only(monkeypatch) -> None:
-    monkeypatch.setattr(NodeDecoder, "measured_values", lambda self, body: None)
     monkeypatch.setattr(NodeDecoder, "starts_measured", lambda self, data, at: False)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(node_messages(), max_size=12), st.lists(st.integers(0, 11), max_size=12),
-       st.lists(st.integers(0, 11), max_size=12), st.integers(0, 3), st.integers(1, 3))
-def test_random_files_read_alike_by_both_routes(monkeypatch, messages, picks, third_picks, plain_run, probe):
-    # later ranks repeat some of the first rank's messages (the measured cache across ranks),
-    # and may stop keeping theirs after `probe` of them (MEASURED_PROBE)
+       st.lists(st.integers(0, 11), max_size=12), st.integers(1, 8))
+def test_random_files_read_alike_by_both_routes(monkeypatch, messages, picks, third_picks, lookahead):
+    # later ranks repeat some of the first rank's messages (templates and recipes found again)
     files = [framed(messages), *(framed([messages[i] for i in p if i < len(messages)]) for p in (picks, third_picks))]
     with monkeypatch.context() as m:
-        m.setattr(NodeDecoder, "PLAIN_RUN", plain_run)
-        m.setattr(NodeDecoder, "MEASURED_PROBE", probe)
+        m.setattr(NodeDecoder, "MEASURED_LOOKAHEAD", lookahead)
         fast = read_both_ways(files, m)
     with monkeypatch.context() as m:
         recipe_route_only(m)
@@ -117,26 +114,28 @@ def test_an_error_after_measured_nodes_is_named_as_before(monkeypatch):
     assert read_both_ways([cut], monkeypatch) == "w.0.et: byte 187: truncated Node message (wanted 45 bytes, 42 left)"
 
 
-def kept_after_each_file(starts: list[int]) -> tuple[list[int], bool]:
-    """Files of one 40-node graph measured from these start times: how many measured messages
-    the decoder keeps after each, and whether it saw ranks repeat."""
+def test_measured_messages_share_templates_and_names_whatever_their_durations_and_ranks():
+    # a rank's first operation at 0 µs (protobuf leaves it out) and durations all different
+    files = [framed([plain_node(k, first + k if k else 0, duration=k + 1) for k in range(40)]) for first in (100, 900)]
     decoder = NodeDecoder()
-    kept = []
-    for i, first in enumerate(starts):
-        rank = chakra.read_rank(Path(f"w.{i}.et"), i, framed([plain_node(k, first + k) for k in range(40)]), decoder)
-        assert [n.start_ns for n in rank.nodes] == [(first + k) * 1000 for k in range(40)]
-        kept.append(len(decoder.measured))
-    return kept, decoder.measured_ranks_repeat
+    ranks = [chakra.read_rank(Path(f"w.{i}.et"), i, data, decoder) for i, data in enumerate(files)]
+    assert [n.duration_ns for n in ranks[1].nodes] == [(k + 1) * 1000 for k in range(40)]
+    assert [n.start_ns for n in ranks[1].nodes] == [None] + [(900 + k) * 1000 for k in range(1, 40)]
+    # one template: the tails differ in their durations only (the message at 0 takes the recipe route)
+    assert list(decoder.measured_templates.values()).count(None) == 0 and len(decoder.measured_templates) == 1
+    assert len(decoder.recipes) == 1
+    assert ranks[1].nodes[5].name is ranks[0].nodes[5].name and ranks[1].nodes[5].name == "n5"
+    assert ranks[1].nodes[5].attrs is ranks[0].nodes[5].attrs and ranks[1].nodes[5].args == {}
+    assert ranks[1].nodes[5].args is not ranks[1].nodes[6].args
 
 
-def test_a_file_that_finds_few_of_its_measured_messages_stops_keeping_them(monkeypatch):
-    monkeypatch.setattr(NodeDecoder, "MEASURED_PROBE", 4)
-    # the first file keeps all 40; the second and third find none of their first 4 and stop;
-    # the fourth finds the second's 4, then none of the next 4, and stops
-    assert kept_after_each_file([100, 200, 300, 200]) == ([40, 44, 48, 56], False)
-
-
-def test_once_a_file_found_most_of_its_measured_messages_every_file_keeps_all(monkeypatch):
-    monkeypatch.setattr(NodeDecoder, "MEASURED_PROBE", 4)
-    # the second file finds all the first's: ranks repeat, so the third keeps all for the fourth
-    assert kept_after_each_file([100, 100, 200, 200]) == ([40, 40, 80, 80], True)
+def test_a_file_measured_only_after_its_lookahead_takes_the_recipe_route(monkeypatch):
+    monkeypatch.setattr(NodeDecoder, "MEASURED_LOOKAHEAD", 3)
+    late = framed([plain_node(k, 0 if k < 3 else 100 + k) for k in range(10)])
+    early = framed([plain_node(k, 0 if k < 2 else 100 + k) for k in range(10)])
+    decoder = NodeDecoder()
+    chakra.read_rank(Path("w.0.et"), 0, late, decoder)
+    assert len(decoder.recipes) == 10 and not decoder.measured_templates
+    decoder = NodeDecoder()
+    chakra.read_rank(Path("w.0.et"), 0, early, decoder)
+    assert len(decoder.recipes) == 2 and len(decoder.measured_templates) == 1

@@ -1,9 +1,13 @@
-"""The C head reader (`converters/_proto/_head.c`) is `wire.python_node_head`, faster.
+"""The C head reader (`converters/_proto/_head.c`) is `wire.python_node_head`, faster, and its
+loop over a measured file's messages is `wire.python_measured_nodes`.
 
 Both must give the same head (or None) for any bytes, and leave the same dependency lists in
 the `known` dict they share across a set: on every sample's messages, on protobuf's messages
 bent as in test_chakra_head.py, and on byte strings made of the head's own tags and varint
-bytes, where the edge cases (cut fields, long varints, zero values, bad UTF-8) are dense.
+bytes, where the edge cases (cut fields, long varints, zero values, bad UTF-8) are dense. Both
+loops must make the same Nodes, stop at the same message and share names alike: on real
+measured sets, on framed bent messages and at the edges (long frames, cut frames, times past
+64 bits once multiplied).
 """
 
 from __future__ import annotations
@@ -16,16 +20,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from converters._proto import et_def_pb2 as pb
 from converters._proto import wire
+from converters._proto.wire import varint
+from converters.model import Node
+from converters.readers.chakra import NodeDecoder
 from helpers.megatron_synth import write_run
 from test_chakra_head import node_messages
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 try:
+    from converters._proto._head import measured_nodes as c_measured_nodes
     from converters._proto._head import node_head as c_node_head
 except ImportError:
-    c_node_head = None
+    c_node_head = c_measured_nodes = None
 
 needs_c = pytest.mark.skipif(c_node_head is None, reason="the C head reader was not built (no C compiler)")
 
@@ -42,6 +51,7 @@ def test_the_reader_uses_the_c_head_where_a_compiler_built_it():
         pytest.skip("no C compiler here: the Python head reader is used")
     # setup.py builds it optionally: a build that failed silently would leave reading 6x slower
     assert c_node_head is not None and wire.node_head is c_node_head
+    assert wire.measured_nodes is c_measured_nodes
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +64,16 @@ def chakra_files(tmp_path_factory) -> list[Path]:
     etc.convert(SAMPLES / "megatron_tp2_pp2_dp1", folder / "m", to="chakra")
     etc.convert(write_run(folder / "logs", stages=2, tp=2, microbatches=64), folder / "s", to="chakra")
     return sorted(SAMPLES.rglob("*.et")) + sorted(folder.glob("*.et"))
+
+
+@pytest.fixture(scope="module")
+def measured_set(tmp_path_factory) -> list[Path]:
+    """A Chakra set of jittered synthetic logs: every rank's times its own, as measured."""
+    import converters as etc
+
+    folder = tmp_path_factory.mktemp("measured")
+    etc.convert(write_run(folder / "logs", stages=2, tp=2, microbatches=32, jitter=3), folder / "w", to="chakra")
+    return sorted(folder.glob("w.*.et"), key=lambda path: int(path.name.split(".")[1]))
 
 
 @needs_c
@@ -135,3 +155,86 @@ def test_bad_arguments_are_a_type_error():
         c_node_head(bytearray(b"\x08\x01"), {})
     with pytest.raises(TypeError):
         c_node_head(b"\x08\x01")
+
+
+# -- the loop over a measured file's messages ------------------------------------------------
+
+
+def both_loops(data: bytes, pos: int, templates: dict) -> list[tuple]:
+    """(where it stopped, the nodes, `known`, `names`) of the Python loop and of the C loop."""
+    out = []
+    for loop in (wire.python_measured_nodes, c_measured_nodes):
+        known, names, nodes = {}, {}, []
+        stop = loop(data, pos, known, templates, Node, names, nodes)
+        assert all(node.name is names[node.name] for node in nodes)  # one str per distinct name
+        out.append((stop, nodes, known, names))
+    return out
+
+
+def learnt(bodies: list[bytes]) -> dict:
+    """The reader's templates of these messages' tails."""
+    decoder = NodeDecoder()
+    for body in bodies:
+        decoder.learn_measured_template(body)
+    return decoder.measured_templates
+
+
+@needs_c
+def test_measured_sets_read_alike_with_either_loop(measured_set, monkeypatch):
+    from converters.readers import chakra
+
+    def read(loop) -> tuple:
+        monkeypatch.setattr(chakra, "measured_nodes", loop)
+        decoder = NodeDecoder()
+        ranks = [chakra.read_rank(path, i, path.read_bytes(), decoder) for i, path in enumerate(measured_set)]
+        return [rank.nodes for rank in ranks], decoder.dependencies, decoder.noncanonical
+
+    python = read(wire.python_measured_nodes)
+    c = read(c_measured_nodes)
+    assert c == python
+    nodes = [node for rank in c[0] for node in rank]
+    # (a rank's first operation may start at 0, which protobuf leaves out: read as unmeasured)
+    assert len(nodes) > 1_500 and sum(node.start_ns is None for node in nodes) <= len(measured_set)
+    assert len({node.duration_ns for node in nodes}) > 10  # tails shared whatever the durations
+
+
+@needs_c
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(node_messages(), max_size=8), st.lists(st.booleans(), max_size=8), st.integers(0, 2))
+def test_framed_bent_messages_give_the_same_nodes_and_stop(bodies, forgotten, cut):
+    """Templates for most tails (some forgotten); the loops stop at the first message without
+    a start time, a template or a whole frame, and at the same byte."""
+    templates = learnt(bodies)
+    for key, forget in zip(list(templates), forgotten):
+        if forget:
+            del templates[key]
+    data = b"".join(varint(len(body)) + body for body in bodies)
+    data = data[:len(data) - cut]
+    python, c = both_loops(data, 0, templates)
+    assert c == python
+
+
+@needs_c
+def test_edges_of_the_loop():
+    def message(start: int, duration: int = 5, size: int = 0) -> bytes:
+        return pb.Node(id=3, name="n", type=4, start_time_micros=start, duration_micros=duration,
+                       inputs=pb.IOInfo(values="x" * size) if size else None).SerializeToString()
+
+    huge = message(1 << 62, 1 << 62)  # times past 64 bits once in nanoseconds
+    two = message(7, size=200)  # a two-byte length prefix
+    long = message(7, size=20_000)  # three bytes: the loop leaves it to frames()
+    unmeasured = message(0)
+    templates = learnt([huge, two, long])
+    framed = [varint(len(body)) + body for body in (huge, two, long, unmeasured)]
+    data = b"".join(framed)
+    python, c = both_loops(data, 0, templates)
+    assert c == python and python[0] == len(framed[0]) + len(framed[1])
+    assert [(n.start_ns, n.duration_ns) for n in python[1]] == [((1 << 62) * 1000, (1 << 62) * 1000), (7000, 5000)]
+    at_unmeasured = len(data) - len(framed[3])
+    assert both_loops(data, at_unmeasured, templates)[1][0] == at_unmeasured
+    assert both_loops(data[:-1], len(framed[0]), templates)[1][0] == len(framed[0]) + len(framed[1])
+    assert both_loops(b"", 0, templates)[1][0] == 0
+    with pytest.raises(TypeError):
+        c_measured_nodes(data, 0, {}, templates, Node, {})
+    with pytest.raises(ValueError):
+        c_measured_nodes(data, -1, {}, templates, Node, {}, [])

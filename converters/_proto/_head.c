@@ -1,10 +1,11 @@
 /* The head of a Chakra Node message (id, name, type, ctrl_deps, data_deps, start_time_micros),
  * read as wire.python_node_head reads it, in C: the same tuple, the same None for whatever that
- * function refuses, and the same entries added to `known`. The Python function is the
- * specification; this is only faster (about a third of reading a measured Chakra set was spent
- * there), and tests/test_head_c.py holds the two to each other on real and random bytes.
- * Optional: wire.py uses the Python function when this module was not built (no C compiler at
- * install). */
+ * function refuses, and the same entries added to `known`. And the loop that makes the Nodes of
+ * a measured file's messages from their heads and their tails' templates, as
+ * wire.python_measured_nodes does. The Python functions are the specification; these are only
+ * faster (reading a measured Chakra set was mostly these two steps), and tests/test_head_c.py
+ * holds each pair to each other on real and random bytes. Optional: wire.py uses the Python
+ * functions when this module was not built (no C compiler at install). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,6 +17,7 @@
 #define TAG_CTRL_DEPS 0x22
 #define TAG_DATA_DEPS 0x2A
 #define TAG_START 0x30
+#define TAG_DURATION 0x38  /* the tail's first field */
 
 /* What a step found: the message goes on, the head was refused (None: an unusual field, or its
  * bytes ran out inside it; python_node_head accepts the end of the bytes only before a tag,
@@ -135,25 +137,32 @@ static int packed(const uint8_t *b, Py_ssize_t size, Py_ssize_t *pos, PyObject *
 
 static PyObject *empty_tuple, *empty_str;
 
-static PyObject *node_head(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+/* A head's fields; the objects are new references (NULL: the field was absent). */
+struct head {
+    uint64_t id, type, start;
+    PyObject *name, *ctrl_deps, *data_deps;
+    Py_ssize_t tail_at;  /* where the tail starts */
+};
+
+static void release_head(struct head *h)
 {
-    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "node_head(body: bytes, known: dict)");
-        return NULL;
-    }
-    const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(args[0]);
-    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
-    PyObject *known = args[1];
+    Py_CLEAR(h->name);
+    Py_CLEAR(h->ctrl_deps);
+    Py_CLEAR(h->data_deps);
+}
+
+/* The head of the message b[0:size] into *h: OK, REFUSED (nothing held) or FAILED. */
+static int read_head(const uint8_t *b, Py_ssize_t size, PyObject *known, struct head *h)
+{
     Py_ssize_t pos = 0;
-    uint64_t node_id = 0, node_type = 0, start = 0;
-    PyObject *name = NULL, *ctrl_deps = NULL, *data_deps = NULL;
     int step = OK;
+    *h = (struct head){0};
 
     /* Each field is optional and in number order; `pos == size` before a tag ends the head. A
      * step moves `pos` past its field only when it is OK: a refused head reads no further. */
     if (pos < size && b[pos] == TAG_ID) {
         pos += 1;
-        if ((step = canonical_varint(b, size, &pos, &node_id)) != OK)
+        if ((step = canonical_varint(b, size, &pos, &h->id)) != OK)
             goto refused;
     }
     if (pos < size && b[pos] == TAG_NAME) {
@@ -164,10 +173,10 @@ static PyObject *node_head(PyObject *Py_UNUSED(module), PyObject *const *args, P
             goto refused;
         if (pos + 2 + length > size)
             goto refused;
-        name = PyUnicode_DecodeUTF8((const char *)b + pos + 2, length, NULL);
-        if (!name) {
+        h->name = PyUnicode_DecodeUTF8((const char *)b + pos + 2, length, NULL);
+        if (!h->name) {
             if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-                return NULL;
+                return FAILED;
             PyErr_Clear();
             goto refused;
         }
@@ -176,34 +185,54 @@ static PyObject *node_head(PyObject *Py_UNUSED(module), PyObject *const *args, P
     if (pos < size && b[pos] == TAG_TYPE) {
         if (pos + 1 >= size)
             goto refused;
-        node_type = b[pos + 1];
-        if (!(0 < node_type && node_type < 0x80))
+        h->type = b[pos + 1];
+        if (!(0 < h->type && h->type < 0x80))
             goto refused;
         pos += 2;
     }
     if (pos < size && b[pos] == TAG_CTRL_DEPS) {
         pos += 1;
-        if ((step = packed(b, size, &pos, known, &ctrl_deps)) != OK)
+        if ((step = packed(b, size, &pos, known, &h->ctrl_deps)) != OK)
             goto refused;
     }
     if (pos < size && b[pos] == TAG_DATA_DEPS) {
         pos += 1;
-        if ((step = packed(b, size, &pos, known, &data_deps)) != OK)
+        if ((step = packed(b, size, &pos, known, &h->data_deps)) != OK)
             goto refused;
     }
     if (pos < size && b[pos] == TAG_START) {
         pos += 1;
-        if ((step = canonical_varint(b, size, &pos, &start)) != OK)
+        if ((step = canonical_varint(b, size, &pos, &h->start)) != OK)
             goto refused;
     }
     /* A dependency list found in `known` by a slice cut short by the end leaves pos past it:
      * python_node_head refuses that when it next looks at a byte. */
     if (pos > size)
         goto refused;
-    PyObject *values[7] = {PyLong_FromUnsignedLongLong(node_id), name ? name : Py_NewRef(empty_str),
-                           PyLong_FromUnsignedLongLong(node_type), ctrl_deps ? ctrl_deps : Py_NewRef(empty_tuple),
-                           data_deps ? data_deps : Py_NewRef(empty_tuple), PyLong_FromUnsignedLongLong(start),
-                           PyLong_FromSsize_t(pos)};
+    h->tail_at = pos;
+    return OK;
+
+refused:
+    release_head(h);
+    return step == FAILED ? FAILED : REFUSED;
+}
+
+static PyObject *node_head(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "node_head(body: bytes, known: dict)");
+        return NULL;
+    }
+    struct head h;
+    int step = read_head((const uint8_t *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), args[1], &h);
+    if (step == FAILED)
+        return NULL;
+    if (step == REFUSED)
+        Py_RETURN_NONE;
+    PyObject *values[7] = {PyLong_FromUnsignedLongLong(h.id), h.name ? h.name : Py_NewRef(empty_str),
+                           PyLong_FromUnsignedLongLong(h.type), h.ctrl_deps ? h.ctrl_deps : Py_NewRef(empty_tuple),
+                           h.data_deps ? h.data_deps : Py_NewRef(empty_tuple), PyLong_FromUnsignedLongLong(h.start),
+                           PyLong_FromSsize_t(h.tail_at)};
     PyObject *head = PyTuple_New(7);
     for (int k = 0; k < 7; k++) {  /* the tuple takes our references; an int not made: out of memory */
         if (!values[k])
@@ -214,19 +243,143 @@ static PyObject *node_head(PyObject *Py_UNUSED(module), PyObject *const *args, P
             Py_XDECREF(values[k]);
     }
     return head;
+}
 
-refused:
-    Py_XDECREF(name);
-    Py_XDECREF(ctrl_deps);
-    Py_XDECREF(data_deps);
-    if (step == FAILED)
+/* Positions in a Node's arguments (model.Node's fields in order; readers/chakra.py checks them)
+ * of what each message gives; the rest come from the tail's template. */
+enum {
+    ARG_ID = 0, ARG_NAME = 1, ARG_DURATION = 3, ARG_DEPS = 4, ARG_CTRL_DEPS = 5, ARG_START = 11, ARG_ARGS = 16,
+    ARG_COUNT = 20
+};
+
+/* micros * 1000 as a Python int (past 64 bits as Python multiplies). */
+static PyObject *nanoseconds(uint64_t micros)
+{
+    if (micros <= UINT64_MAX / 1000)
+        return PyLong_FromUnsignedLongLong(micros * 1000);
+    PyObject *value = PyLong_FromUnsignedLongLong(micros), *thousand = PyLong_FromLong(1000);
+    PyObject *product = value && thousand ? PyNumber_Multiply(value, thousand) : NULL;
+    Py_XDECREF(value);
+    Py_XDECREF(thousand);
+    return product;
+}
+
+/* One measured message's Node appended to `nodes`: OK, REFUSED (a head or tail that
+ * wire.measured_node would not take; nothing appended) or FAILED. */
+static int measured_node(const uint8_t *body, Py_ssize_t size, PyObject *known, PyObject *args_of,
+                         PyObject *make, PyObject *names, PyObject *nodes)
+{
+    struct head h;
+    int step = read_head(body, size, known, &h);
+    if (step != OK)
+        return step;
+    if (!h.start) {
+        release_head(&h);
+        return REFUSED;
+    }
+    /* the tail's template is found by what follows its duration (as wire.leading_duration reads it) */
+    Py_ssize_t rest_at = h.tail_at;
+    uint64_t micros = 0;
+    if (rest_at < size && body[rest_at] == TAG_DURATION) {
+        Py_ssize_t at = rest_at + 1;
+        if (canonical_varint(body, size, &at, &micros) == OK)
+            rest_at = at;
+    }
+    PyObject *key = Py_BuildValue("(Ky#)", (unsigned long long)h.type, (const char *)body + rest_at, size - rest_at);
+    PyObject *template = key ? PyDict_GetItemWithError(args_of, key) : NULL;  /* borrowed */
+    Py_XDECREF(key);
+    if (!template || !PyTuple_CheckExact(template) || PyTuple_GET_SIZE(template) != ARG_COUNT) {
+        release_head(&h);
+        return PyErr_Occurred() ? FAILED : REFUSED;  /* a tail not seen yet, or None: unusable */
+    }
+    PyObject *name = h.name ? h.name : Py_NewRef(empty_str);
+    PyObject *interned = PyDict_SetDefault(names, name, name);  /* one str per distinct name */
+    Py_XINCREF(interned);
+    Py_DECREF(name);
+    enum { OWNED = 7 };
+    PyObject *owned[OWNED] = {
+        PyLong_FromUnsignedLongLong(h.id),
+        interned,
+        nanoseconds(micros),
+        PySequence_List(h.data_deps ? h.data_deps : empty_tuple),
+        PySequence_List(h.ctrl_deps ? h.ctrl_deps : empty_tuple),
+        nanoseconds(h.start),
+        PyDict_New(),
+    };
+    Py_CLEAR(h.ctrl_deps);
+    Py_CLEAR(h.data_deps);
+    PyObject *node = NULL;
+    int made = 1;
+    for (int k = 0; k < OWNED; k++)
+        made = made && owned[k];
+    if (made) {
+        PyObject *call[ARG_COUNT];
+        for (int k = 0; k < ARG_COUNT; k++)
+            call[k] = PyTuple_GET_ITEM(template, k);
+        call[ARG_ID] = owned[0];
+        call[ARG_NAME] = owned[1];
+        call[ARG_DURATION] = owned[2];
+        call[ARG_DEPS] = owned[3];
+        call[ARG_CTRL_DEPS] = owned[4];
+        call[ARG_START] = owned[5];
+        call[ARG_ARGS] = owned[6];
+        node = PyObject_Vectorcall(make, call, ARG_COUNT, NULL);
+    }
+    for (int k = 0; k < OWNED; k++)
+        Py_XDECREF(owned[k]);
+    if (!node)
+        return FAILED;
+    int appended = PyList_Append(nodes, node);
+    Py_DECREF(node);
+    return appended < 0 ? FAILED : OK;
+}
+
+/* wire.python_measured_nodes in C: the Nodes of the messages from data[pos] on, appended to
+ * `nodes`, up to the end or the first message it does not take; returns where it stopped. */
+static PyObject *measured_nodes(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1]) || !PyDict_Check(args[2]) ||
+        !PyDict_Check(args[3]) || !PyCallable_Check(args[4]) || !PyDict_Check(args[5]) || !PyList_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "measured_nodes(data: bytes, pos: int, known: dict, args_of: dict, make, names: dict, "
+                        "nodes: list)");
         return NULL;
-    Py_RETURN_NONE;
+    }
+    const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred())
+        return NULL;
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "measured_nodes: negative position");
+        return NULL;
+    }
+    while (pos < size) {
+        /* the length prefix in one or two bytes (messages below 16 KiB), as wire.short_frame */
+        Py_ssize_t at = pos + 1, length = data[pos];
+        if (length >= 0x80) {
+            if (at >= size || data[at] >= 0x80)
+                break;
+            length = (length & 0x7F) | (Py_ssize_t)data[at] << 7;
+            at += 1;
+        }
+        if (length > size - at)
+            break;
+        int step = measured_node(data + at, length, args[2], args[3], args[4], args[5], args[6]);
+        if (step == FAILED)
+            return NULL;
+        if (step == REFUSED)
+            break;
+        pos = at + length;
+    }
+    return PyLong_FromSsize_t(pos);
 }
 
 static PyMethodDef methods[] = {
     {"node_head", (PyCFunction)(void (*)(void))node_head, METH_FASTCALL,
      "node_head(body, known): wire.python_node_head, in C."},
+    {"measured_nodes", (PyCFunction)(void (*)(void))measured_nodes, METH_FASTCALL,
+     "measured_nodes(data, pos, known, args_of, make, names, nodes): wire.python_measured_nodes, in C."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,7 +7,7 @@ Messages themselves are encoded and decoded by protobuf; only the length prefix 
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..model import WireAttr
 from . import et_def_pb2 as pb
@@ -52,15 +52,15 @@ class FramingError(Exception):
         self.message = message
 
 
-def frames(data: bytes | memoryview) -> Iterator[tuple[int, int, int]]:
-    """Yield (offset of the prefix, start, end) of every length-prefixed message in `data`.
+def frames(data: bytes | memoryview, pos: int = 0) -> Iterator[tuple[int, int, int]]:
+    """Yield (offset of the prefix, start, end) of every length-prefixed message in `data`, from
+    the one at `pos` (0: the first) on.
 
     The first message is the GlobalMetadata, every later one a Node; a frame that runs past
     the end raises FramingError naming the message and the bytes wanted and left.
     """
-    pos = 0
     size = len(data)
-    index = 0
+    index = 0 if pos == 0 else 1
     while pos < size:
         offset = pos
         length = data[pos]
@@ -330,10 +330,74 @@ def python_node_head(b: bytes, known: dict[bytes, tuple[int, ...]]) -> Head | No
     return node_id, name, node_type, ctrl_deps, data_deps, start, pos
 
 
-try:  # the same function in C (_head.c, about 6x faster), which setup.py builds where it can
-    from ._head import node_head
-except ImportError:  # installed without a C compiler: same heads, slower
-    node_head = python_node_head
+# Node's positional arguments that a measured message's head gives (python_measured_nodes);
+# _head.c has the same numbers, and readers/chakra.py checks them against Node's fields.
+MEASURED_ARG_POSITIONS = {"id": 0, "name": 1, "duration_ns": 3, "deps": 4, "ctrl_deps": 5, "start_ns": 11, "args": 16}
+MEASURED_ARG_COUNT = 20
+
+
+def short_frame(data: bytes, pos: int) -> tuple[int, int] | None:
+    """(start, end) of the message at `pos` when its length prefix takes one or two bytes (a
+    message below 16 KiB) and the message is all there; None otherwise (frames() says why)."""
+    size, at, length = len(data), pos + 1, data[pos]
+    if length >= 0x80:
+        if at >= size or data[at] >= 0x80:
+            return None
+        length = (length & 0x7F) | data[at] << 7
+        at += 1
+    return (at, at + length) if at + length <= size else None
+
+
+def measured_key(node_type: int, tail: bytes) -> tuple[tuple[int, bytes], int]:
+    """((type, the tail after its duration), duration_micros) of a Node message's tail: measured
+    messages share a template by that key whatever their durations."""
+    micros, rest_at = leading_duration(tail)
+    return (node_type, tail[rest_at:]), micros
+
+
+def measured_node(body: bytes, known: dict, args_of: dict, make: Callable) -> Any:
+    """make(*arguments) of a Node message with a measured start time: its tail's template
+    (`args_of[measured_key]`, a Node's positional arguments) with what the message gives put in
+    (MEASURED_ARG_POSITIONS: id, name, duration, fresh lists of the dependencies, start_ns, a
+    fresh args dict); None when the head is unusual, has no start time, or its tail has no
+    template (missing or None)."""
+    head = node_head(body, known)
+    if head is None or not head[5]:
+        return None
+    key, micros = measured_key(head[2], body[head[6]:])
+    template = args_of.get(key)
+    if template is None:
+        return None
+    node_id, name, _, ctrl_deps, data_deps, start, _ = head
+    arguments = list(template)
+    arguments[0], arguments[1], arguments[3] = node_id, name, micros * 1000
+    arguments[4], arguments[5], arguments[11], arguments[16] = [*data_deps], [*ctrl_deps], start * 1000, {}
+    return make(*arguments)
+
+
+def python_measured_nodes(data: bytes, pos: int, known: dict, args_of: dict, make: Callable,
+                          names: dict, nodes: list) -> int:
+    """Append to `nodes` the measured_node of each message from `pos` on, up to the end or the
+    first message that has none or no short_frame; return where it stopped. `names` keeps one
+    str per distinct name."""
+    size = len(data)
+    while pos < size:
+        frame = short_frame(data, pos)
+        if frame is None:
+            return pos
+        node = measured_node(data[frame[0]:frame[1]], known, args_of, make)
+        if node is None:
+            return pos
+        node.name = names.setdefault(node.name, node.name)
+        nodes.append(node)
+        pos = frame[1]
+    return pos
+
+
+try:  # the same functions in C (_head.c, about 6x faster), which setup.py builds where it can
+    from ._head import measured_nodes, node_head
+except ImportError:  # installed without a C compiler: same nodes, slower
+    node_head, measured_nodes = python_node_head, python_measured_nodes
 
 
 def leading_duration(tail: bytes) -> tuple[int, int]:

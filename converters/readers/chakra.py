@@ -17,9 +17,9 @@ list is the first of its ranks in that order), each with one read. Where every r
 (measured times), each message is read by hand up to its start time and its tail (duration,
 IOInfo, attributes) is decoded by protobuf once per distinct tail (NodeDecoder.recipe_by_head);
 a message protobuf would not write byte for byte goes through protobuf whole. A message with a
-start time can never be shared, so its Node is made at once from its head and its tail's ready
-values (NodeDecoder.read_nodes), and a file whose first nodes have start times is not split at
-its per-rank fields (no template can match it).
+start time can never be shared, so a file whose first nodes have start times is not split at
+its per-rank fields (no template can match it), and its Nodes are made at once, in C, from
+their heads and their tails' templates (NodeDecoder.read_measured_nodes).
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from .._proto import et_def_pb2 as pb
 from .._proto.wire import (
-    KEPT_ARGS, MEASURED_FACTS, PER_RANK_FIELD, FramingError, attr_from_proto, attr_to_proto, frames,
-    in_per_rank_form, leading_duration, node_head, per_rank_field, per_rank_role,
+    KEPT_ARGS, MEASURED_ARG_COUNT, MEASURED_ARG_POSITIONS, MEASURED_FACTS, PER_RANK_FIELD, FramingError,
+    attr_from_proto, attr_to_proto, frames, in_per_rank_form, leading_duration, measured_key, measured_node,
+    measured_nodes, node_head, per_rank_field, per_rank_role, short_frame,
 )
 from ..diagnostics import Diagnostics, InputError
 from ..gc_pause import paused_gc
@@ -212,16 +213,17 @@ def read_rank(path: Path, rank_id: int, data: bytes, decoder: "NodeDecoder") -> 
             break
         nodes_at = end
         fields = None
-        if not decoder.starts_measured(data, nodes_at):
+        if decoder.starts_measured(data, nodes_at):
+            rank.nodes = decoder.read_measured_nodes(data, nodes_at, path)
+            if rank.nodes is not None:
+                return rank  # measured times: no other rank can share this list, nor can it be a template
+        else:
             fields = PER_RANK_FIELD.split(data[nodes_at:])
             if decoder.share_by_template(rank, fields):
                 return rank
-        nodes, recipes, starts = decoder.read_nodes(data, messages, nodes_at, path)
+        recipes, starts = decoder.read_recipes(data, messages, nodes_at, path)
     except FramingError as e:
         raise InputError(f"{path}: byte {e.offset}", e.message) from None
-    if nodes is not None:
-        rank.nodes = nodes  # measured times: no other rank can share this list, nor can it be a template
-        return rank
     if not decoder.share(rank, recipes):
         build = decoder.build
         rank.nodes = [build(r) for r in recipes]
@@ -282,30 +284,25 @@ class NodeDecoder:
     repeated one costs a dict lookup), and ranks whose messages differ only in per-rank values
     still share the first such rank's list (`share`). Such a file then becomes a template when
     every per-rank field the split found is one protobuf decoded, in the same place.
+    A file whose first messages carry measured start times shares with no other rank (their
+    times differ), so its messages become Nodes at once (`read_measured_nodes`).
     Nodes built from one message, or by hand from messages with one tail, share their `attrs`
     list (read-only, like everything a file carried).
     """
 
     MAX_TRIES = 4  # representatives with the same graph tried before a rank gets its own list
-    # read_nodes stops looking for measured messages (a head read twice) after this many
-    # shareable ones in a row, until one that is not
-    PLAIN_RUN = 8
-    # A file stops keeping its measured messages for later files (and looking for them) once
-    # fewer than a quarter of the last this many it looked for were found: measured ranks seldom
-    # repeat each other's start times (at most a fifth of the messages on benchmark 7's jittered
-    # set), and keeping every message cost a quarter of `stats`' memory there and 0.3 s. The
-    # first file keeps all, and so does every file once one found most of its messages (a set
-    # of equal ranks, as benchmark 7's synthetic tensor-parallel pairs: its next pair's first
-    # rank must be kept for the second to find).
-    MEASURED_PROBE = 256
+    # a file is taken as measured when one of its first this many messages has a start time
+    # (protobuf leaves a start of 0 out: a rank's first operations may show none)
+    MEASURED_LOOKAHEAD = 8
 
     def __init__(self):
         # message bytes -> (Node positional arguments, deps, ctrl_deps, shape id or None,
         # per-rank values, per-rank fields (start, end, role) or None)
         self.recipes: dict[bytes, tuple] = {}
-        self.measured: dict[bytes, tuple] = {}  # message bytes with a start time -> measured_values
-        self.measured_ranks_repeat = False  # whether a file found most of its measured messages in `measured`
-        self.measured_tails: dict[tuple[int, bytes], tuple | None] = {}  # (node type, message tail) -> measured_tail
+        # wire.measured_key (node type, message tail after its duration) -> the Node arguments a measured
+        # message with it gets, or None (measured_template; read_measured_nodes)
+        self.measured_templates: dict[tuple[int, bytes], tuple | None] = {}
+        self.names: dict[str, str] = {}  # one str per distinct node name of read_measured_nodes
         self.attrs: dict[tuple[int, bytes], tuple] = {}  # (node type, attribute bytes) -> attr_info
         self.tails: dict[tuple[int, bytes], tuple | None] = {}  # (node type, message tail) -> tail_of
         # (node type, a tail after its duration_micros) -> tail_of of the first tail with it: measured
@@ -418,103 +415,78 @@ class NodeDecoder:
 
     # -- message by message ----------------------------------------------------------------
 
-    def read_nodes(self, data: bytes, messages, nodes_at: int, path: Path) -> tuple[list[Node] | None, list, list]:
-        """(nodes, recipes, starts) of a file's Node messages (`messages`: the frames after the metadata).
-
-        A message with a measured start time keeps its rank on a list of its own (share() and
-        learn_template() would refuse it), so it becomes a Node at once (measured_values), and
-        `nodes` is the file's node list (recipes and starts are then not needed). `nodes` is
-        None when no message took that route: `recipes` (and their `starts`, relative to
-        `nodes_at`) then hold every message, to be shared or built. Which of the two routes a
-        measured message takes changes no node.
-        """
-        known, recipe, measured_values, measured = self.recipes.get, self.recipe, self.measured_values, self.measured
-        items, starts = [], []  # recipes, and Nodes made at once
-        add = items.append
-        made = kept = 0  # Nodes made at once; measured messages this file added to `measured`
-        plain, plain_run = 0, self.PLAIN_RUN  # shareable messages in a row: after a few, the file is taken as unmeasured
-        keeping = True  # whether this file looks for its measured messages in `measured`, and adds to it
-        probe = self.MEASURED_PROBE
-        # `kept` at the next look at what was found; never for the first file, nor once ranks repeat
-        check = probe if measured and not self.measured_ranks_repeat else -1
-        hits_before = 0  # measured messages found in `measured` up to the previous look
+    def read_recipes(self, data: bytes, messages, nodes_at: int, path: Path) -> tuple[list, list]:
+        """(recipes, their starts relative to `nodes_at`) of a file's Node messages (`messages`:
+        the frames after the metadata)."""
+        recipe = self.recipe
+        recipes, starts = [], []
         for offset, start, end in messages:
+            recipes.append(recipe(data[start:end], path, offset))
+            starts.append(start - nodes_at)
+        return recipes, starts
+
+    def read_measured_nodes(self, data: bytes, nodes_at: int, path: Path) -> list[Node] | None:
+        """The nodes of a file whose first messages have measured start times (starts_measured),
+        or None when no message took the measured route (read_recipes then reads the file).
+
+        Such a file shares no node list: its times are its own. So its messages become Nodes at
+        once: in C (wire.measured_nodes) while each has a measured start and a tail whose
+        template is known; where that loop stops, the message is read here (a new tail gets its
+        template; anything else takes the general route, `recipe`) and the loop goes on after it.
+        """
+        nodes: list[Node] = []
+        pos, size, general = nodes_at, len(data), 0
+        known, templates, names = self.dependencies, self.measured_templates, self.names
+        while (pos := measured_nodes(data, pos, known, templates, Node, names, nodes)) < size:
+            offset, start, end = next(frames(data, pos))
             body = data[start:end]
-            # a measured message seen before (on another rank) costs a lookup
-            values = measured.get(body) if plain < plain_run and keeping else None
-            if values is None:
-                found = known(body)
-                if found is None and plain < plain_run:
-                    values = measured_values(body)
-                    if values is not None and keeping:
-                        measured[body] = values
-                        kept += 1
-                        if kept == check:  # `probe` more added: were enough found meanwhile?
-                            hits = made - kept + 1  # (this message is not made yet)
-                            keeping = 3 * (hits - hits_before) >= probe
-                            check, hits_before = kept + probe, hits
-                if values is None:
-                    if found is None:
-                        found = recipe(body, path, offset)
-                    plain = plain + 1 if found[3] is not None else 0
-                    add(found)
-                    starts.append(start - nodes_at)
-                    continue
-            # Every field by position, fresh dependency lists and args: what build() gives the recipe.
-            (node_id, name, kind, duration_ns, deps, ctrl_deps, coll, size, group, peer, tag, start_ns,
-             stream, parent, microbatch, source, attrs, inputs, outputs) = values
-            add(Node(node_id, name, kind, duration_ns, [*deps], [*ctrl_deps], coll, size, group, peer, tag,
-                     start_ns, stream, parent, microbatch, source, {}, attrs, inputs, outputs))
-            made += 1
-        if not made:
-            return None, items, starts
-        if keeping and made - kept >= kept:  # found at least as many as it added
-            self.measured_ranks_repeat = True
-        build = self.build
-        return [item if type(item) is Node else build(item) for item in items], [], []
-
-    def starts_measured(self, data: bytes, nodes_at: int) -> bool:
-        """Whether one of the first node messages has a measured start time in a head read by
-        hand: such a file matches no template (a template's heads carry no start time, and the
-        pieces that must equal the template's hold every head), so it need not be split."""
-        pos, size = nodes_at, len(data)
-        for _ in range(3):
-            if pos >= size or data[pos] >= 0x80:
-                return False  # the end, or a long message: let the general path look
-            end = pos + 1 + data[pos]
-            if end > size:
-                return False
-            head = node_head(data[pos + 1:end], self.dependencies)
-            if head is not None and head[5]:
-                return True
+            self.learn_measured_template(body)
+            node = measured_node(body, known, templates, Node)
+            if node is None:
+                node = self.build(self.recipe(body, path, offset))
+                general += 1
+            nodes.append(node)
             pos = end
-        return False
+        return nodes if general < len(nodes) else None
 
-    def measured_values(self, body: bytes) -> tuple | None:
-        """Node's positional values but `args` (deps as tuples) of a message with a measured start
-        time that recipe_by_head reads; None for any other message."""
+    def learn_measured_template(self, body: bytes) -> None:
+        """Make the template of a measured message's tail if it has none yet."""
         head = node_head(body, self.dependencies)
         if head is None or not head[5]:
-            return None
-        node_id, name, node_type, ctrl_deps, data_deps, start, at = head
-        key = (node_type, body[at:])
-        tail = self.measured_tails.get(key, False)
-        if tail is False:
-            tail = self.measured_tails[key] = self.measured_tail(node_type, key[1])
-        if tail is None:
-            return None
-        kind, duration_ns, between, after = tail
-        return (node_id, name, kind, duration_ns, data_deps, ctrl_deps, *between, start * 1000, *after)
+            return
+        tail = body[head[6]:]
+        key, _ = measured_key(head[2], tail)
+        if key not in self.measured_templates:
+            self.measured_templates[key] = self.measured_template(head[2], tail)
 
-    def measured_tail(self, node_type: int, body_tail: bytes) -> tuple | None:
-        """(kind, duration_ns, Node values between ctrl_deps and start_ns, after start_ns but `args`)
-        of a tail as tail_of reads it; None when recipe_by_head would not read the message."""
+    def measured_template(self, node_type: int, body_tail: bytes) -> tuple | None:
+        """A Node's positional arguments for measured messages whose tails are this one but for
+        their durations, as tail_of reads it; those each message gives are None
+        (wire.MEASURED_ARG_POSITIONS). None when recipe_by_head would not read such messages."""
         found = self.kind_and_tail(node_type, body_tail)
         if found is None:
             return None
-        kind, tail = found
-        between, after = tail[3], tail[4]
-        return kind, between[0], between[3:], after[:_ARGS_AFTER_START] + after[_ARGS_AFTER_START + 1:]
+        kind, (_, _, _, between, after) = found
+        arguments = [None, None, kind, *between, None, *after]
+        for position in MEASURED_ARG_POSITIONS.values():
+            arguments[position] = None
+        return tuple(arguments)
+
+    def starts_measured(self, data: bytes, nodes_at: int) -> bool:
+        """Whether one of the first node messages (MEASURED_LOOKAHEAD) has a measured start time
+        in a head read by hand: such a file matches no template (a template's heads carry no
+        start time, and the pieces that must equal the template's hold every head), nor shares
+        a list with another rank."""
+        pos, size = nodes_at, len(data)
+        for _ in range(self.MEASURED_LOOKAHEAD):
+            frame = short_frame(data, pos) if pos < size else None
+            if frame is None:
+                return False  # the end, a long message or a cut one: let the general route look
+            start, pos = frame
+            head = node_head(data[start:pos], self.dependencies)
+            if head is not None and head[5]:
+                return True
+        return False
 
     def recipe(self, body: bytes, path: Path, offset: int) -> tuple:
         known = self.recipes.get(body)
@@ -716,12 +688,10 @@ _MADE_PER_NODE = tuple((f.name, f.default_factory) for f in dataclasses.fields(N
                        if f.default_factory is not dataclasses.MISSING and f.name not in ("deps", "ctrl_deps"))
 assert list(_NODE_DEFAULTS)[:3] == ["id", "name", "kind"]  # a tail's values go between kind and start_ns
 _START_AT = list(_NODE_DEFAULTS).index("start_ns")
-# read_nodes passes every Node field by position, `args` (made per node) after `source`.
-assert list(_NODE_DEFAULTS) == [
-    "id", "name", "kind", "duration_ns", "deps", "ctrl_deps", "coll", "size", "group", "peer", "tag", "start_ns",
-    "stream", "parent", "microbatch", "source", "args", "attrs", "inputs", "outputs",
-] and [name for name, _ in _MADE_PER_NODE] == ["args"]
-_ARGS_AFTER_START = list(_NODE_DEFAULTS).index("args") - _START_AT - 1
+assert [name for name, _ in _MADE_PER_NODE] == ["args"]  # (measured_node makes `args` per node too)
+# read_measured_nodes' templates are Node's arguments by position, those each message gives put in by C
+assert {name: list(_NODE_DEFAULTS).index(name) for name in MEASURED_ARG_POSITIONS} == MEASURED_ARG_POSITIONS
+assert len(_NODE_DEFAULTS) == MEASURED_ARG_COUNT
 
 
 def with_duration(tail: tuple, micros: int) -> tuple:
@@ -954,7 +924,7 @@ def decide_timing(trace: ExecutionTrace) -> None:
                     if stream is not None:
                         node.stream = stream
                     if kept:
-                        node.args.update(kept)  # (each node read has args of its own: NodeDecoder.build, read_nodes)
+                        node.args.update(kept)  # (each node read has args of its own: NodeDecoder.build, measured_node)
     if any(r.nodes for r in ranks) and all(n.start_ns is not None for r in ranks for n in r.nodes):
         trace.timing = "measured"
         if declared is not None:
