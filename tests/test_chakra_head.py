@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from converters._proto import et_def_pb2 as pb
 from converters._proto.wire import FramingError, frames, leading_duration, node_head, varint
 from converters.diagnostics import InputError
-from converters.readers.chakra import NodeDecoder
+from converters.readers.chakra import NODE_KINDS, NodeDecoder
 
 UINT64 = st.integers(0, (1 << 64) - 1)
 IDS = st.one_of(st.integers(0, 1 << 15), UINT64)
@@ -164,3 +164,38 @@ def test_frames_find_every_message_whatever_its_prefix_length(lengths, long_pref
     if lengths and lengths[-1]:  # the last message cut short
         with pytest.raises(FramingError, match="truncated"):
             list(frames(data[:-1]))
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(node_messages(), min_size=1, max_size=6))
+def test_a_tail_of_known_attributes_reads_as_protobuf_reads_it(bodies):
+    # the attributes are known from the messages read before (bent ones too); a tail made of
+    # them (and a duration) is read by hand, and must give what protobuf gives
+    decoder = NodeDecoder()
+    for body in bodies:
+        decoder.recipe_by_head(body)
+    for body in bodies:
+        head = node_head(body, {})
+        kind = NODE_KINDS.get(head[2]) if head is not None else None
+        if kind is not None:
+            tail = body[head[6]:]
+            by_hand = decoder.known_attributes(head[2], tail)
+            if by_hand is not None:
+                assert by_hand == decoder.protobuf_tail(head[2], kind, tail)
+
+
+def test_tails_read_by_hand_and_those_left_to_protobuf():
+    decoder = NodeDecoder()
+    attr = pb.AttributeProto(name="comm_type", int64_val=0)
+    known = pb.Node(duration_micros=5, attr=[attr, attr]).SerializeToString()
+    decoder.protobuf_tail(7, NODE_KINDS[7], known)  # the attribute is decoded once
+    micros, inputs, outputs, infos = decoder.known_attributes(7, known)
+    assert (micros, inputs, outputs, [info[0].value for info in infos]) == (5, None, None, [0, 0])
+    assert decoder.known_attributes(7, b"") == (0, None, None, [])
+    assert decoder.known_attributes(4, known) is None  # known for another node type only
+    other = pb.Node(attr=[pb.AttributeProto(name="comm_type", int64_val=1)]).SerializeToString()
+    assert decoder.known_attributes(7, other) is None  # not decoded yet
+    with_io = pb.Node(duration_micros=5, inputs=pb.IOInfo(values="x"), attr=[attr]).SerializeToString()
+    assert decoder.known_attributes(7, with_io) is None
+    assert decoder.known_attributes(7, b"\x38\x85\x00" + known[2:]) is None  # a duration in 2 bytes, not the shortest
+    assert decoder.known_attributes(7, known[:-1]) is None  # cut

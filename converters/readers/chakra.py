@@ -554,7 +554,25 @@ class NodeDecoder:
         return like and with_duration(like, duration)
 
     def decoded_tail(self, node_type: int, kind: NodeKind, tail: bytes) -> tuple | None:
-        """tail_of by protobuf."""
+        """tail_of, its parts found by known_attributes or else by protobuf (protobuf_tail)."""
+        parts = self.known_attributes(node_type, tail) or self.protobuf_tail(node_type, kind, tail)
+        if parts is None:
+            return None
+        micros, inputs, outputs, infos = parts
+        effects = {}
+        for info in infos:
+            if not info[2] or info[1] is not None and info[1][0] == "error":
+                return None
+            if info[1] is not None:
+                effects[info[1][0]] = info[1][1]
+        fields = {"duration_ns": micros * 1000, "inputs": inputs, "outputs": outputs, **effects,
+                  "attrs": [info[0] for info in infos]}
+        values = node_values(fields)
+        return micros, fields, infos, values[3:_START_AT], values[_START_AT + 1:]
+
+    def protobuf_tail(self, node_type: int, kind: NodeKind, tail: bytes) -> tuple | None:
+        """(duration_micros, inputs, outputs, attribute infos) of a tail protobuf decodes and
+        would write exactly so, holding no field before duration_micros; None otherwise."""
         try:
             wire = pb.Node.FromString(tail)
         except DecodeError:
@@ -564,16 +582,28 @@ class NodeDecoder:
             return None
         infos = [self.attrs.get((node_type, attr.SerializeToString())) or self.attr_info(node_type, kind, attr)
                  for attr in wire.attr]
-        effects = {}
-        for info in infos:
-            if not info[2] or info[1] is not None and info[1][0] == "error":
+        return wire.duration_micros, io_of(wire, "inputs"), io_of(wire, "outputs"), infos
+
+    def known_attributes(self, node_type: int, tail: bytes) -> tuple | None:
+        """protobuf_tail's parts of a tail that holds a duration_micros as protobuf writes it (or
+        none) and then attributes only, each below 128 bytes and decoded before (`attrs` holds
+        only what protobuf would write so: the tail is then as protobuf writes it); None for
+        any other tail. A measured run's tails repeat their attributes in new combinations
+        (a step's sub-operations name it as their parent): most need no protobuf."""
+        micros, pos = leading_duration(tail)
+        if not pos and tail[:1] == b"\x38":
+            return None  # a duration protobuf would not write
+        known, size, infos = self.attrs, len(tail), []
+        while pos < size:
+            if tail[pos] != _ATTR_TAG or pos + 1 == size or tail[pos + 1] >= 0x80:
                 return None
-            if info[1] is not None:
-                effects[info[1][0]] = info[1][1]
-        fields = {"duration_ns": wire.duration_micros * 1000, "inputs": io_of(wire, "inputs"),
-                  "outputs": io_of(wire, "outputs"), **effects, "attrs": [info[0] for info in infos]}
-        values = node_values(fields)
-        return wire.duration_micros, fields, infos, values[3:_START_AT], values[_START_AT + 1:]
+            end = pos + 2 + tail[pos + 1]
+            info = known.get((node_type, tail[pos + 2:end])) if end <= size else None
+            if info is None:
+                return None
+            infos.append(info)
+            pos = end
+        return micros, None, None, infos
 
     @staticmethod
     def build(recipe: tuple) -> Node:
@@ -737,6 +767,9 @@ def per_rank_fields(body: bytes, infos: list[tuple]) -> tuple | None:
 def reencodes(attr: pb.AttributeProto, item: WireAttr) -> bool:
     """Whether the WireAttr gives back the attribute's bytes (no unknown fields inside it)."""
     return attr_to_proto(item).SerializeToString() == attr.SerializeToString()
+
+
+_ATTR_TAG = 0x52  # Node.attr (field 10, length-delimited)
 
 
 def io_of(wire: pb.Node, field: str) -> tuple[str, str, str] | None:
