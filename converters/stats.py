@@ -74,11 +74,10 @@ def stats_of(trace, timeline) -> dict[str, Any]:
 @dataclass(slots=True)
 class GroupInstances:
     """The collective instances of one group: its k-th instance is the k-th collective in that
-    group of each member. Columns by k: how many members have it, the bytes of the lowest
+    group of each member (`members`: (rank, its collectives in the group, in node order), in
+    ascending rank order). Columns by k: how many members have it, the bytes of the lowest
     rank's, the earliest start, the latest start, who started last (the lowest rank on a tie;
-    an index into `members`), the latest end. `members`: (rank, its collectives in the group)
-    in ascending rank order (the k-th instance is
-    each member's k-th collective, by k in its list)."""
+    an index into `members`), the latest end."""
 
     members: list[tuple[int, list]]
     counts: list[int]

@@ -292,6 +292,7 @@ static int measured_node(const uint8_t *body, Py_ssize_t size, PyObject *known, 
         release_head(&h);
         return PyErr_Occurred() ? FAILED : REFUSED;  /* a tail not seen yet, or None: unusable */
     }
+    Py_INCREF(template);  /* held while `make` runs Python code */
     PyObject *name = h.name ? h.name : Py_NewRef(empty_str);
     PyObject *interned = PyDict_SetDefault(names, name, name);  /* one str per distinct name */
     Py_XINCREF(interned);
@@ -327,6 +328,7 @@ static int measured_node(const uint8_t *body, Py_ssize_t size, PyObject *known, 
     }
     for (int k = 0; k < OWNED; k++)
         Py_XDECREF(owned[k]);
+    Py_DECREF(template);
     if (!node)
         return FAILED;
     int appended = PyList_Append(nodes, node);
