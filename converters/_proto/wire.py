@@ -62,20 +62,15 @@ def frames(data: bytes | memoryview, pos: int = 0) -> Iterator[tuple[int, int, i
     size = len(data)
     index = 0 if pos == 0 else 1
     while pos < size:
-        offset = pos
-        length = data[pos]
-        if length < 0x80:  # most messages are shorter than 128 bytes
-            pos += 1
-        elif pos + 1 < size and data[pos + 1] < 0x80:  # two bytes, below 16 KiB: a measured run's sub-operations
-            length = (length & 0x7F) | data[pos + 1] << 7
-            pos += 2
-        else:
-            length, pos = _length_prefix(data, pos)
-        if pos + length > size:
-            what = "GlobalMetadata" if index == 0 else "Node"
-            raise FramingError(offset, f"truncated {what} message (wanted {length} bytes, {size - pos} left)")
-        yield offset, pos, pos + length
-        pos += length
+        frame = short_frame(data, pos)  # most messages: a length in one or two bytes, and all there
+        if frame is None:
+            length, start = _length_prefix(data, pos)
+            if start + length > size:
+                what = "GlobalMetadata" if index == 0 else "Node"
+                raise FramingError(pos, f"truncated {what} message (wanted {length} bytes, {size - start} left)")
+            frame = (start, start + length)
+        yield pos, *frame
+        pos = frame[1]
         index += 1
 
 
@@ -336,7 +331,7 @@ MEASURED_ARG_POSITIONS = {"id": 0, "name": 1, "duration_ns": 3, "deps": 4, "ctrl
 MEASURED_ARG_COUNT = 20
 
 
-def short_frame(data: bytes, pos: int) -> tuple[int, int] | None:
+def short_frame(data: bytes | memoryview, pos: int) -> tuple[int, int] | None:
     """(start, end) of the message at `pos` when its length prefix takes one or two bytes (a
     message below 16 KiB) and the message is all there; None otherwise (frames() says why)."""
     size, at, length = len(data), pos + 1, data[pos]

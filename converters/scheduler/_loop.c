@@ -953,8 +953,8 @@ out:
 
 /* distinct(objects, names) -> (index, firsts): the objects told apart by the values of their
    attributes `names` (compared with ==, as dict keys are): index[j] numbers object j's values
-   in the order they first appear, firsts[u] is the first object with the u-th. Neighbours
-   alike (most communication nodes of a log) are compared without a key being made. */
+   in the order they first appear, firsts[u] is the position of the first object with the u-th.
+   Neighbours alike (most communication nodes of a log) are compared without a key being made. */
 static PyObject *loop_distinct(PyObject *self, PyObject *args) {
     PyObject *objects, *names;
     (void)self;
@@ -1024,7 +1024,7 @@ out:
 static PyMethodDef methods[] = {
     {"distinct", loop_distinct, METH_VARARGS,
      "distinct(objects, names) -> (index, firsts): the objects numbered by the values of their attributes `names`, "
-     "in the order those first appear, and the first object of each."},
+     "in the order those first appear, and the position of the first object of each."},
     {"run", loop_run, METH_VARARGS,
      "run(ranks, count, stride, groups, channels, times=True) -> (starts, ends, cause, computing, talking, "
      "traffic), True (times false) or None: engine.Engine.run's loop over the tables Engine._native_inputs "
