@@ -25,11 +25,12 @@ from test_scheduler_tables import _net, _random_nodes, _replica_trace, _tied_tra
 from converters.api import read
 from converters.diagnostics import Diagnostics, InputError
 from converters.model import CollType, ExecutionTrace, NodeKind, Rank
+from converters.positions import positions
 from converters.scheduler import Deadlock, load_network, network_for
-from converters.scheduler.engine import Engine, _loop
+from converters.scheduler.engine import IS_TALK, Engine, _loop, indices
 from converters.scheduler.network import Network
 from converters.scheduler.quotient import find_quotient
-from converters.scheduler.summary import summarize
+from converters.scheduler.summary import _merge, summarize
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 needs_c = pytest.mark.skipif(_loop is None, reason="the C scheduler loop was not built (no C compiler)")
@@ -80,8 +81,18 @@ def same_schedule(trace: ExecutionTrace, net, quotient=None):
         assert native.stride == python.stride
         # the summary from what the C loop adds up (merged communication, traffic sums)
         assert native.talking is not None and native.traffic is not None
+        assert_talking_merged(native, got)
         assert summarize(native, *got) == summarize(python, *expected)
     return got
+
+
+def assert_talking_merged(native: Engine, got) -> None:
+    """The C loop's record of when each position communicated (merged from pairs it sorts:
+    presorted, two runs merged, or qsort) is summary._merge of the communication nodes' times."""
+    starts, ends, _ = got
+    for r, prog in enumerate(native.progs):
+        talk = [(starts[r][i], ends[r][i]) for i in indices(prog.types, IS_TALK) if ends[r][i] > starts[r][i]]
+        assert native.talking[r] == _merge(talk)
 
 
 def sample_inputs() -> list[tuple[Path, dict]]:
@@ -222,7 +233,10 @@ def test_random_graphs_schedule_or_stall_the_same(seed, in_step):
     expected = outcome(Engine(trace, net, native=False))
     assert outcome(Engine(trace, net)) == expected
     if not isinstance(expected[0], str):  # every rank finished: the C loop did not decline
-        assert Engine(trace, net)._native_run() is not None
+        native = Engine(trace, net)
+        got = native._native_run()
+        assert got is not None
+        assert_talking_merged(native, got)
 
 
 @pytest.mark.parametrize("seed", [189, 1175, 1811, 1957, 2257, 3172])
@@ -310,3 +324,64 @@ def test_distinct_numbers_values_as_a_dict_does(values):
     expected = [numbers.setdefault(v, len(numbers)) for v in values]
     assert index == expected
     assert firsts == [values.index(v) for v in numbers]
+    # the same objects picked out of a longer list by their places
+    objects = [_Fields(*v) for v in values]
+    padded = [_Fields(None, None, None)] + [item for pair in zip(objects, objects) for item in pair]
+    assert _loop.distinct(padded, ("group", "coll", "size"), [2 * j + 1 for j in range(len(values))]) == (index, firsts)
+
+
+@needs_c
+def test_distinct_refuses_places_outside_the_objects():
+    objects = [_Fields(1, 0, 8)]
+    for places in ([1], [-1], ["0"]):
+        with pytest.raises(IndexError, match="outside the objects"):
+            _loop.distinct(objects, ("group",), places)
+    with pytest.raises(TypeError, match="list of places"):
+        _loop.distinct(objects, ("group",), (0,))
+
+
+def _python_dependents(deps_of, base, index_of):
+    """engine.dependents with the C module set aside: its specification."""
+    from converters.scheduler import engine
+
+    saved, engine._loop = engine._loop, None
+    try:
+        return engine.dependents(deps_of, base, index_of)
+    finally:
+        engine._loop = saved
+
+
+_IDS = st.one_of(st.integers(-3, 12), st.sampled_from([2**63, -(2**63) - 1, 2**70]))
+
+
+@needs_c
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(st.lists(_IDS, max_size=5), st.tuples(_IDS, _IDS)), max_size=12),
+       st.one_of(st.integers(-2, 3), st.just(2**63 - 1)), st.booleans())
+def test_dependents_in_c_are_the_python_tables(deps_of, base, by_dict):
+    """_loop.dependents (Program's tables of dependents) against the Python function: the same
+    next_of, more, ndeps and missing, in the same insertion order, whether ids run from `base`
+    or are looked up in a dict; ids past 64 bits are missing dependencies."""
+    from converters.scheduler.engine import dependents
+
+    index_of = {base + 2 * i: i for i in range(len(deps_of))} if by_dict else None
+    got = _loop.dependents(deps_of, positions(len(deps_of)), base, index_of)
+    assert got is not None
+    expected = _python_dependents(deps_of, base, index_of)
+    assert got == expected
+    assert [list(table.items()) for table in got[1::2]] == [list(table.items()) for table in expected[1::2]]
+    assert dependents(deps_of, base, index_of) == expected
+
+
+@needs_c
+def test_dependents_leaves_what_is_not_an_int_to_python():
+    """A float or bool id, or a node's deps that are no list, make _loop.dependents decline
+    (None); engine.dependents then gives the Python function's result or error."""
+    from converters.scheduler.engine import dependents
+
+    for deps_of in ([[0], [0.0]], [[True], []], [None, [0]]):
+        assert _loop.dependents(deps_of, positions(2), 0, None) is None
+    assert dependents([None, [0]], 0, None) == ([1, -1], {}, [0, 1], {})
+    with pytest.raises(TypeError):
+        dependents([[0], [0.0]], 0, None)  # a float index: as the Python tables always raised
+    assert _loop.dependents([[0]], positions(2), 0, None) is None  # lists of other lengths

@@ -30,6 +30,7 @@ enum { Q_COMPUTE, Q_COMM, Q_FREE };
 enum { S_WAITING, S_READY, S_ISSUED, S_DONE };
 #define NO_CAUSE (-1)
 #define NO_DEPENDENT (-1)
+#define SEVERAL (-2)
 #define TIME_LIMIT ((int64_t)1 << 62)
 
 /* ------------------------------------------------------------------ growable int64 vector */
@@ -429,6 +430,21 @@ static int ascending(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The ranks to issue after a time's ends, ascending: mostly the two members of a collective,
+   which an insertion sort orders faster than qsort is called. */
+static void sort_positions(Vec *dirty) {
+    if (dirty->len > 16) {
+        qsort(dirty->v, (size_t)dirty->len, sizeof(int64_t), ascending);
+        return;
+    }
+    for (Py_ssize_t k = 1; k < dirty->len; k++) {
+        int64_t x = dirty->v[k];
+        Py_ssize_t j = k;
+        for (; j > 0 && dirty->v[j - 1] > x; j--) dirty->v[j] = dirty->v[j - 1];
+        dirty->v[j] = x;
+    }
+}
+
 static int run_loop(Loop *L) {
     Py_ssize_t nranks = L->nranks;
     Vec dirty = {0};
@@ -456,7 +472,7 @@ static int run_loop(Loop *L) {
                     if (vec_push(&dirty, r) < 0) goto out;
                 }
             }
-            qsort(dirty.v, (size_t)dirty.len, sizeof(int64_t), ascending);
+            sort_positions(&dirty);
             for (Py_ssize_t k = 0; k < dirty.len; k++) {
                 dirty_flag[dirty.v[k]] = 0;
                 if (issue(L, (Py_ssize_t)dirty.v[k], t) < 0) goto out;
@@ -753,6 +769,35 @@ static int by_start_then_end(const void *a, const void *b) {
 
 /* When a rank's communication nodes run, as summary._merge makes it: the union of their
    (start, end) with end > start, sorted, as a list of (start, end) tuples. */
+/* (start, end) pairs sorted by start, then end. The pairs come in the order of the talk list,
+   the collectives' places then the sends' and receives': each part runs in order on one
+   stream, so mostly two ascending runs, which are merged; anything else goes to qsort. */
+static int sort_pairs(int64_t *pairs, Py_ssize_t count) {
+    Py_ssize_t cut = 0; /* where the second run starts */
+    for (Py_ssize_t k = 1; k < count; k++) {
+        if (by_start_then_end(pairs + 2 * (k - 1), pairs + 2 * k) <= 0) continue;
+        if (cut) {
+            qsort(pairs, (size_t)count, 2 * sizeof(int64_t), by_start_then_end);
+            return 0;
+        }
+        cut = k;
+    }
+    if (!cut) return 0;
+    int64_t *first = PyMem_Malloc((size_t)cut * 2 * sizeof(int64_t));
+    if (!first) return -1;
+    memcpy(first, pairs, (size_t)cut * 2 * sizeof(int64_t));
+    Py_ssize_t a = 0, b = cut, out = 0; /* first[a..cut) and pairs[b..count) into pairs[out..) */
+    while (a < cut) {
+        const int64_t *take = b < count && by_start_then_end(pairs + 2 * b, first + 2 * a) < 0 ? pairs + 2 * b++
+                                                                                               : first + 2 * a++;
+        pairs[2 * out] = take[0];
+        pairs[2 * out + 1] = take[1];
+        out++;
+    }
+    PyMem_Free(first);
+    return 0; /* (what is left of the second run is in place) */
+}
+
 static PyObject *talking_of(const Rank *R) {
     int64_t *pairs = PyMem_Malloc((size_t)(R->ntalk ? R->ntalk : 1) * 2 * sizeof(int64_t));
     if (!pairs) return PyErr_NoMemory();
@@ -765,7 +810,10 @@ static PyObject *talking_of(const Rank *R) {
             count++;
         }
     }
-    qsort(pairs, (size_t)count, 2 * sizeof(int64_t), by_start_then_end);
+    if (sort_pairs(pairs, count) < 0) {
+        PyMem_Free(pairs);
+        return PyErr_NoMemory();
+    }
     for (Py_ssize_t k = 0; k < count; k++) {
         int64_t a = pairs[2 * k], b = pairs[2 * k + 1];
         if (merged && a <= pairs[2 * merged - 1]) {
@@ -951,16 +999,23 @@ out:
     return result;
 }
 
-/* distinct(objects, names) -> (index, firsts): the objects told apart by the values of their
-   attributes `names` (compared with ==, as dict keys are): index[j] numbers object j's values
-   in the order they first appear, firsts[u] is the position of the first object with the u-th.
-   Neighbours alike (most communication nodes of a log) are compared without a key being made. */
+/* distinct(objects, names, places=None) -> (index, firsts): the objects told apart by the values
+   of their attributes `names` (compared with ==, as dict keys are): index[j] numbers object j's
+   values in the order they first appear, firsts[u] is the position of the first object with the
+   u-th. With `places`, the objects are objects[places[0]], objects[places[1]], ... (positions in
+   `places`, without a list of them made first). Neighbours alike (most communication nodes of a
+   log) are compared without a key being made. */
 static PyObject *loop_distinct(PyObject *self, PyObject *args) {
-    PyObject *objects, *names;
+    PyObject *objects, *names, *places = Py_None;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &objects, &PyTuple_Type, &names)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!O!|O", &PyList_Type, &objects, &PyTuple_Type, &names, &places)) return NULL;
+    if (places != Py_None && !PyList_Check(places)) {
+        PyErr_SetString(PyExc_TypeError, "distinct() takes a list of places or None");
+        return NULL;
+    }
     enum { MOST = 8 };
-    Py_ssize_t count = PyList_GET_SIZE(objects), width = PyTuple_GET_SIZE(names), number = -1;
+    Py_ssize_t count = PyList_GET_SIZE(places == Py_None ? objects : places), width = PyTuple_GET_SIZE(names);
+    Py_ssize_t number = -1;
     if (width < 1 || width > MOST) {
         PyErr_SetString(PyExc_ValueError, "distinct() takes 1 to 8 attribute names");
         return NULL;
@@ -969,7 +1024,12 @@ static PyObject *loop_distinct(PyObject *self, PyObject *args) {
     PyObject *index = PyList_New(count), *firsts = PyList_New(0), *seen = PyDict_New(), *result = NULL;
     if (!index || !firsts || !seen) goto out;
     for (Py_ssize_t j = 0; j < count; j++) {
-        PyObject *object = PyList_GET_ITEM(objects, j);
+        Py_ssize_t at = j;
+        if (places != Py_None && (at = position(PyList_GET_ITEM(places, j), PyList_GET_SIZE(objects))) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "distinct(): a place outside the objects");
+            goto out;
+        }
+        PyObject *object = PyList_GET_ITEM(objects, at);
         int same = number >= 0;
         for (Py_ssize_t f = 0; f < width; f++) {
             current[f] = PyObject_GetAttr(object, PyTuple_GET_ITEM(names, f));
@@ -1021,10 +1081,135 @@ out:
     return result;
 }
 
+/* ------------------------------------------------------------------ a program's dependents */
+
+/* dependents(deps_of, places, base, index_of) -> (next_of, more, ndeps, missing), or None:
+   engine.dependents' tables, which the Python function there specifies. Node i's dependency
+   d is the node at index d - base (index_of None: ids base, base + 1, ...) or index_of[d];
+   `places` is positions(count), whose ints the tables hold instead of new ones. None (the
+   Python function runs and says what is wrong) for anything but plain ints where the
+   contiguous ids need arithmetic, or lists of another length. */
+static PyObject *loop_dependents(PyObject *self, PyObject *args) {
+    PyObject *deps_of, *places, *base_obj, *index_of;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!OO", &PyList_Type, &deps_of, &PyList_Type, &places, &base_obj, &index_of))
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(places);
+    int contiguous = index_of == Py_None, overflow = 0;
+    long long base = PyLong_CheckExact(base_obj) ? PyLong_AsLongLongAndOverflow(base_obj, &overflow) : 0;
+    if (PyErr_Occurred()) return NULL;
+    if (PyList_GET_SIZE(deps_of) != count || (contiguous && (!PyLong_CheckExact(base_obj) || overflow)) ||
+        (!contiguous && !PyDict_CheckExact(index_of)))
+        Py_RETURN_NONE;
+    Py_ssize_t *next = malloc(sizeof(Py_ssize_t) * (count ? count : 1)), *seen_by = malloc(sizeof(Py_ssize_t) * (count ? count : 1));
+    PyObject **lists = calloc(count ? count : 1, sizeof(PyObject *)); /* borrowed: `more` holds them */
+    PyObject *more = PyDict_New(), *missing = PyDict_New(), *ndeps = PyList_New(count), *next_of = NULL, *result = NULL;
+    int plain = 1; /* false: a value the Python function must see */
+    if (!next || !seen_by || !lists || !more || !missing || !ndeps) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t j = 0; j < count; j++) next[j] = NO_DEPENDENT, seen_by[j] = -1;
+    for (Py_ssize_t i = 0; i < count && plain; i++) {
+        PyObject *deps = PyList_GET_ITEM(deps_of, i);
+        if (!PyList_Check(deps) && !PyTuple_Check(deps)) { plain = 0; break; }
+        Py_ssize_t width = PySequence_Fast_GET_SIZE(deps), need = 0;
+        PyObject **items = PySequence_Fast_ITEMS(deps);
+        for (Py_ssize_t k = 0; k < width; k++) {
+            PyObject *dep = items[k];
+            Py_ssize_t j = -1; /* -1: no such node */
+            if (contiguous) {
+                if (!PyLong_CheckExact(dep)) { plain = 0; break; }
+                long long id = PyLong_AsLongLongAndOverflow(dep, &overflow), at;
+                if (PyErr_Occurred()) goto out;
+                if (overflow || __builtin_sub_overflow(id, base, &at)) { /* past 64 bits: as Python subtracts */
+                    PyObject *diff = PyNumber_Subtract(dep, base_obj);
+                    if (!diff) goto out;
+                    at = PyLong_AsLongLongAndOverflow(diff, &overflow);
+                    Py_DECREF(diff);
+                    if (PyErr_Occurred()) goto out;
+                    if (overflow) at = -1;
+                }
+                if (at >= 0 && at < count) j = (Py_ssize_t)at;
+            } else {
+                PyObject *found = PyDict_GetItemWithError(index_of, dep);
+                if (!found && PyErr_Occurred()) goto out;
+                if (found) {
+                    if (!PyLong_CheckExact(found)) { plain = 0; break; }
+                    Py_ssize_t at = PyLong_AsSsize_t(found);
+                    if (at == -1 && PyErr_Occurred()) goto out;
+                    if (at >= 0 && at < count) j = at;
+                }
+            }
+            if (j < 0) { /* never satisfied: counted, and listed under the node */
+                PyObject *listed = PyDict_GetItemWithError(missing, PyList_GET_ITEM(places, i));
+                if (!listed) {
+                    if (PyErr_Occurred()) goto out;
+                    listed = PyList_New(0);
+                    int failed = !listed || PyDict_SetItem(missing, PyList_GET_ITEM(places, i), listed) < 0;
+                    Py_XDECREF(listed);
+                    if (failed) goto out;
+                }
+                if (PyList_Append(listed, dep) < 0) goto out;
+                need++;
+                continue;
+            }
+            if (seen_by[j] == i) continue; /* the same dependency twice counts once */
+            seen_by[j] = i;
+            need++;
+            if (next[j] == NO_DEPENDENT) {
+                next[j] = i;
+                continue;
+            }
+            if (next[j] >= 0) { /* a second dependent: from now on `more` lists them */
+                PyObject *pair = PyList_New(2);
+                if (!pair) goto out;
+                PyList_SET_ITEM(pair, 0, Py_NewRef(PyList_GET_ITEM(places, next[j])));
+                PyList_SET_ITEM(pair, 1, Py_NewRef(PyList_GET_ITEM(places, i)));
+                int failed = PyDict_SetItem(more, PyList_GET_ITEM(places, j), pair) < 0;
+                Py_DECREF(pair);
+                if (failed) goto out;
+                lists[j] = pair;
+                next[j] = SEVERAL;
+            } else if (PyList_Append(lists[j], PyList_GET_ITEM(places, i)) < 0) {
+                goto out;
+            }
+        }
+        PyObject *needed = PyLong_FromSsize_t(need);
+        if (!needed) goto out;
+        PyList_SET_ITEM(ndeps, i, needed);
+    }
+    if (!plain) {
+        result = Py_NewRef(Py_None);
+        goto out;
+    }
+    next_of = PyList_New(count);
+    if (!next_of) goto out;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        PyObject *value = next[j] >= 0 ? Py_NewRef(PyList_GET_ITEM(places, next[j])) : PyLong_FromSsize_t(next[j]);
+        if (!value) goto out;
+        PyList_SET_ITEM(next_of, j, value);
+    }
+    result = PyTuple_Pack(4, next_of, more, ndeps, missing);
+out:
+    free(next);
+    free(seen_by);
+    free(lists);
+    Py_XDECREF(next_of);
+    Py_XDECREF(more);
+    Py_XDECREF(missing);
+    Py_XDECREF(ndeps);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"dependents", loop_dependents, METH_VARARGS,
+     "dependents(deps_of, places, base, index_of) -> (next_of, more, ndeps, missing) or None: the tables "
+     "engine.dependents makes."},
     {"distinct", loop_distinct, METH_VARARGS,
-     "distinct(objects, names) -> (index, firsts): the objects numbered by the values of their attributes `names`, "
-     "in the order those first appear, and the position of the first object of each."},
+     "distinct(objects, names, places=None) -> (index, firsts): the objects (or objects[p] for p in places) "
+     "numbered by the values of their attributes `names`, in the order those first appear, and the position of "
+     "the first object of each."},
     {"run", loop_run, METH_VARARGS,
      "run(ranks, count, stride, groups, channels, times=True) -> (starts, ends, cause, computing, talking, "
      "traffic), True (times false) or None: engine.Engine.run's loop over the tables Engine._native_inputs "

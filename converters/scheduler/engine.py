@@ -184,45 +184,7 @@ class Program:
                 index_of.setdefault(nid, i)
         self.index_of = _Contiguous(base, count) if contiguous else index_of
         self.queue = types.translate(_QUEUE_TABLE)
-        # Dependents: most nodes have one (the next of a chain) or none, so `next_of[j]` holds
-        # the only one's index (or NO_DEPENDENT, or SEVERAL and then `more[j]` lists them): no
-        # list object per node.
-        next_of = [NO_DEPENDENT] * count
-        more: dict[int, list[int]] = {}
-        ndeps = [0] * count
-        missing: dict[int, list[int]] = {}  # node index -> dep ids that do not exist
-        for i, deps in zip(positions(count), deps_of):  # positions: next_of's ints shared, not made per node
-            if not deps:
-                continue
-            if len(deps) == 1 and contiguous:
-                j = deps[0] - base
-                if 0 <= j < count:
-                    k = next_of[j]
-                    if k == NO_DEPENDENT:
-                        next_of[j] = i
-                    else:
-                        if k >= 0:
-                            more[j] = [k]
-                            next_of[j] = SEVERAL
-                        more[j].append(i)
-                else:
-                    missing[i] = [deps[0]]
-                ndeps[i] = 1  # a missing one can never be satisfied
-                continue
-            seen = set()
-            for dep in deps:
-                j = dep - base if contiguous else index_of.get(dep)
-                if j is None or not 0 <= j < count:
-                    missing.setdefault(i, []).append(dep)
-                    ndeps[i] += 1  # can never be satisfied
-                elif j not in seen:
-                    seen.add(j)
-                    _add_dependent(next_of, more, j, i)
-                    ndeps[i] += 1
-        self.next_of = next_of
-        self.more = more
-        self.ndeps = ndeps
-        self.missing = missing
+        self.next_of, self.more, self.ndeps, self.missing = dependents(deps_of, base, None if contiguous else index_of)
         # Issue order: ascending node id (ties: position), as ASTRA-sim's feeder does.
         self.ascending = contiguous or all(a < b for a, b in zip(ids, ids[1:]))
         if self.ascending:
@@ -287,9 +249,43 @@ class Program:
         return [k] if k >= 0 else self.more.get(j, [])
 
 
+def dependents(deps_of: list, base: int, index_of: dict[int, int] | None) -> tuple[list[int], dict, list[int], dict]:
+    """(next_of, more, ndeps, missing) of a program whose nodes depend on `deps_of`'s ids, which
+    are node indices plus `base` (index_of None: ids base, base + 1, ...) or index_of's keys.
+
+    Most nodes have one dependent (the next of a chain) or none, so `next_of[j]` holds the only
+    one's index (or NO_DEPENDENT, or SEVERAL and then `more[j]` lists them, ascending): no list
+    object per node. `ndeps[i]` counts node i's distinct dependencies, and `missing[i]` lists
+    those that do not exist (counted too: they can never be satisfied). In C where it was built
+    (_loop.dependents); the Python below is its specification."""
+    places = positions(len(deps_of))  # the tables' ints shared, not made per node
+    if _loop is not None:
+        found = _loop.dependents(deps_of, places, base, index_of)
+        if found is not None:
+            return found
+    count = len(deps_of)
+    next_of = [NO_DEPENDENT] * count
+    more: dict[int, list[int]] = {}
+    ndeps = [0] * count
+    missing: dict[int, list[int]] = {}
+    for i, deps in zip(places, deps_of):
+        if not deps:
+            continue
+        seen = set()
+        for dep in deps:
+            j = dep - base if index_of is None else index_of.get(dep)
+            if j is None or not 0 <= j < count:
+                missing.setdefault(i, []).append(dep)
+                ndeps[i] += 1
+            elif j not in seen:
+                seen.add(j)
+                _add_dependent(next_of, more, j, i)
+                ndeps[i] += 1
+    return next_of, more, ndeps, missing
+
+
 def _add_dependent(next_of: list[int], more: dict[int, list[int]], j: int, i: int) -> None:
-    """Record that node i depends on node j (the loop in Program.__init__ does the same inline
-    for nodes of one dependency)."""
+    """Record that node i depends on node j."""
     k = next_of[j]
     if k == NO_DEPENDENT:
         next_of[j] = i
@@ -485,7 +481,7 @@ class Engine:
         are nearly every node, and _loop.distinct tells them apart without a Python step each."""
         nodes, types = prog.nodes, prog.types
         colls = indices(types, IS_COLL)
-        index, leaders = _loop.distinct(list(map(nodes.__getitem__, colls)), ("group", "coll", "size"))
+        index, leaders = _loop.distinct(nodes, ("group", "coll", "size"), colls)
         rows: list[tuple[int, int, int, int, int]] = []
         first: list[int] = []
         by_group: dict[Any, tuple] = {}  # node.group -> (number, needed, costs, coll_info, class)

@@ -9,6 +9,7 @@ receive from when its data starts to move.
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 from ..model import NodeKind
@@ -164,34 +165,49 @@ def critical_path(engine: Engine, starts, ends, cause, finishes: list[int] | Non
     last = None if last_rank is None else (last_rank, ends[last_rank].index(finishes[last_rank]))
     if last is None:
         return {"length_ns": 0, "nodes": 0, "by_category": {}, "top": []}
-    stride = engine.stride
+    path = _walk_back(engine, ends, cause, last)
     by_category: dict[str, int] = {}
     top: dict[tuple[str, str], list[int]] = {}
-    r, i = last
-    length = ends[r][i]
-    steps = 0
-    limit = sum(len(p.nodes) for p in engine.progs) + 1
-    while steps < limit:
-        steps += 1
-        c = cause[r][i]
-        before = ends[c // stride][c % stride] if c >= 0 else 0
-        credit = max(0, ends[r][i] - before)
-        node = engine.progs[r].nodes[i]
-        category = _category(engine, r, node)
+    category_of: dict[tuple, str] = {}  # (position, kind, group) -> the category of such nodes
+    progs = engine.progs
+    for r, i, credit in path:
+        node = progs[r].nodes[i]
+        key = (r, node.kind, node.group)
+        category = category_of.get(key)
+        if category is None:
+            category = category_of[key] = _category(engine, r, node)
         by_category[category] = by_category.get(category, 0) + credit
-        entry = top.setdefault((category, node.name), [0, 0])
-        entry[0] += credit
-        entry[1] += 1
-        if c < 0:
-            break
-        r, i = c // stride, c % stride
-    ranked = sorted(top.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_CONTRIBUTORS]
+        entry = top.get((category, node.name))
+        if entry is None:
+            top[(category, node.name)] = [credit, 1]
+        else:
+            entry[0] += credit
+            entry[1] += 1
+    ranked = heapq.nsmallest(TOP_CONTRIBUTORS, top.items(), key=lambda kv: (-kv[1][0], kv[0]))  # (sorted, first ten)
     return {
-        "length_ns": length,
-        "nodes": steps,
+        "length_ns": ends[last[0]][last[1]],
+        "nodes": len(path),
         "by_category": dict(sorted(by_category.items(), key=lambda kv: (-kv[1], kv[0]))),
         "top": [{"name": name, "category": cat, "ns": ns, "count": count} for (cat, name), (ns, count) in ranked if ns > 0],
     }
+
+
+def _walk_back(engine: Engine, ends, cause, last: tuple[int, int]) -> list[tuple[int, int, int]]:
+    """(position, node, credit) of each node on the path from `last` back along the causes."""
+    stride = engine.stride
+    path = []
+    r, i = last
+    limit = sum(len(p.nodes) for p in engine.progs) + 1  # (a cycle of causes would be a bug)
+    while len(path) < limit:
+        c = cause[r][i]
+        end = ends[r][i]
+        if c < 0:
+            path.append((r, i, end if end > 0 else 0))
+            break
+        before = ends[c // stride][c % stride]
+        path.append((r, i, end - before if end > before else 0))
+        r, i = c // stride, c % stride
+    return path
 
 
 def _category(engine: Engine, r: int, node) -> str:
