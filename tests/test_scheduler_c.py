@@ -385,3 +385,103 @@ def test_dependents_leaves_what_is_not_an_int_to_python():
     with pytest.raises(TypeError):
         dependents([[0], [0.0]], 0, None)  # a float index: as the Python tables always raised
     assert _loop.dependents([[0]], positions(2), 0, None) is None  # lists of other lengths
+
+
+def _numbered(values) -> tuple[list[int], list[int]]:
+    """distinct()'s answer for these values, by a dict."""
+    numbers: dict = {}
+    index = [numbers.setdefault(v, len(numbers)) for v in values]
+    return index, [index.index(n) for n in range(len(numbers))]
+
+
+@needs_c
+def test_distinct_reads_attributes_as_getattr_does():
+    """distinct() finds a type's slot or property once and calls it for each object; what is no
+    data descriptor (an instance's own attribute, a class attribute), or another type, is read
+    by name. The values are those getattr gives, object by object."""
+
+    class Slotted:
+        __slots__ = ("group",)
+
+        def __init__(self, group):
+            self.group = group
+
+    class Plain:
+        kind = "class attribute"
+
+        def __init__(self, group):
+            self.group = group
+
+    class Computed:
+        def __init__(self, group):
+            self._group = group
+
+        @property
+        def group(self):
+            return self._group * 10
+
+    class Shadowed(Slotted):  # a subclass whose instances also have a __dict__
+        pass
+
+    objects = [Slotted(1), Slotted(1), Plain(1), Computed(1), Slotted(2), Computed(2), Shadowed(3), Plain(10)]
+    objects[-2].extra = "instance attribute"
+    assert _loop.distinct(objects, ("group",)) == _numbered([o.group for o in objects])
+    assert _loop.distinct([Plain(1), Plain(2)], ("kind", "group")) == ([0, 1], [0, 1])
+    with pytest.raises(AttributeError):
+        _loop.distinct([Slotted(1), Slotted.__new__(Slotted)], ("group",))  # an empty slot
+
+
+@needs_c
+def test_distinct_sees_a_class_changed_while_it_reads():
+    """A property that replaces itself on the class when first read: the objects after it read
+    the new property, as getattr would (the type's version tag changes)."""
+
+    def make_class():
+        class Changing:
+            def __init__(self, size):
+                self._size = size
+
+            @property
+            def size(self):
+                Changing.size = property(lambda self: -self._size)  # from now on, negative
+                return self._size
+
+        return Changing
+
+    Changing = make_class()
+    expected = _numbered([o.size for o in [Changing(s) for s in (1, 2, 1, 3)]])
+    Changing = make_class()
+    assert _loop.distinct([Changing(s) for s in (1, 2, 1, 3)], ("size",)) == expected
+    assert expected == ([0, 1, 2, 3], [0, 1, 2, 3])  # 1, -2, -1, -3
+
+
+@needs_c
+def test_columns_reads_what_getattr_reads():
+    """_loop.columns (Program's and the quotient's columns of nodes) against getattr, on nodes,
+    on objects of several types in one list, and on a missing attribute."""
+    from converters.model import Node
+    from converters.scheduler import columns as columns_module
+
+    class Other:
+        def __init__(self, i):
+            self.id, self.deps, self.kind = i, (i,), "other"
+
+        @property
+        def duration_ns(self):
+            return -self.id
+
+    names = ("id", "deps", "kind", "duration_ns")
+    objects = [Node(3, "a", NodeKind.COMPUTE, 5, [1, 2]), Other(7), Node(4, "b", NodeKind.SEND), Other(8)]
+    expected = tuple([getattr(o, name) for o in objects] for name in names)
+    assert _loop.columns(objects, names) == expected
+    assert columns_module.columns(objects, names) == expected
+    saved, columns_module._native_columns = columns_module._native_columns, None
+    try:
+        assert columns_module.columns(objects, names) == expected  # the stand-in without C
+    finally:
+        columns_module._native_columns = saved
+    assert _loop.columns([], names) == ([], [], [], []) and _loop.columns(objects, ()) == ()
+    with pytest.raises(AttributeError, match="size"):
+        _loop.columns(objects, ("id", "size"))  # Other has no size
+    with pytest.raises(ValueError, match="at most 8"):
+        _loop.columns(objects, ("id",) * 9)

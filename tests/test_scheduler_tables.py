@@ -131,9 +131,10 @@ def test_programs_of_one_structure_share_tables(seed):
 def test_types_of_kinds_that_are_no_node_kind():
     """Plain ints, values past NodeKind's, negative ones and strings: the per-node rule."""
     kinds = [4, NodeKind.SEND, 9, 0, 300, "compute", None, 7]
+    assert list(_types_of(kinds)) == [T_COMPUTE, T_SEND, T_OTHER, T_OTHER, T_OTHER, T_OTHER, T_OTHER, T_COLL]
     nodes = [Node(i, "n", kind) for i, kind in enumerate(kinds)]
-    assert list(_types_of(nodes)) == [T_COMPUTE, T_SEND, T_OTHER, T_OTHER, T_OTHER, T_OTHER, T_OTHER, T_COLL]
-    assert list(_types_of([Node(0, "n", -1)])) == [T_COLL]  # as the list index of before: the last value
+    assert list(Program(nodes).types) == list(_types_of(kinds))
+    assert list(_types_of([-1])) == [T_COLL]  # as the list index of before: the last value
     assert _types_of([]) == b""
 
 

@@ -999,6 +999,82 @@ out:
     return result;
 }
 
+/* ------------------------------------------------------------------ attributes of many objects */
+
+/* An attribute read from object after object, as PyObject_GetAttr reads it. Where the objects'
+   type holds the attribute as a data descriptor (a slot, a property) and looks attributes up the
+   usual way, that descriptor decides the value whatever the instance holds, so it is found once
+   and called directly: the lookup by name, per object, is most of what a read of a slot costs.
+   The type's version tag tells when the type changed (CPython sets it to 0, and a new one once
+   it is looked up again): then the descriptor is found again. */
+typedef struct {
+    PyObject *name;       /* borrowed */
+    PyTypeObject *type;   /* the type `descr` was found on (a reference), or NULL */
+    unsigned int version; /* its tp_version_tag then */
+    PyObject *descr;      /* its data descriptor for `name` (a reference), or NULL */
+} Field;
+
+static void field_forget(Field *f) {
+    Py_CLEAR(f->type);
+    Py_CLEAR(f->descr);
+}
+
+static PyObject *field_of_object(Field *f, PyObject *object) {
+    PyTypeObject *type = Py_TYPE(object);
+    if (type != f->type || type->tp_version_tag != f->version || !f->descr) {
+        field_forget(f);
+        if (type->tp_getattro == PyObject_GenericGetAttr) {
+            PyObject *found = PyObject_GetAttr((PyObject *)type, f->name); /* (tags the type's version) */
+            if (!found) {
+                PyErr_Clear(); /* (the object's own reading says what is wrong) */
+            } else if (Py_TYPE(found)->tp_descr_get && Py_TYPE(found)->tp_descr_set && type->tp_version_tag) {
+                f->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
+                f->version = type->tp_version_tag;
+                f->descr = found;
+            } else {
+                Py_DECREF(found);
+            }
+        }
+        if (!f->descr) return PyObject_GetAttr(object, f->name);
+    }
+    return Py_TYPE(f->descr)->tp_descr_get(f->descr, object, (PyObject *)type);
+}
+
+/* columns(objects, names) -> a list per name of the objects' values of that attribute, read in
+   one pass over the objects (as [getattr(o, name) for o in objects] for each name). */
+static PyObject *loop_columns(PyObject *self, PyObject *args) {
+    PyObject *objects, *names;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &objects, &PyTuple_Type, &names)) return NULL;
+    enum { MOST = 8 };
+    Py_ssize_t count = PyList_GET_SIZE(objects), width = PyTuple_GET_SIZE(names);
+    if (width > MOST) {
+        PyErr_SetString(PyExc_ValueError, "columns() takes at most 8 attribute names");
+        return NULL;
+    }
+    Field fields[MOST] = {{0}};
+    PyObject *result = PyTuple_New(width);
+    for (Py_ssize_t f = 0; result && f < width; f++) {
+        fields[f].name = PyTuple_GET_ITEM(names, f);
+        PyObject *column = PyList_New(count);
+        if (!column) Py_CLEAR(result);
+        else PyTuple_SET_ITEM(result, f, column);
+    }
+    for (Py_ssize_t j = 0; result && j < count; j++) {
+        PyObject *object = PyList_GET_ITEM(objects, j);
+        for (Py_ssize_t f = 0; f < width; f++) {
+            PyObject *value = field_of_object(&fields[f], object);
+            if (!value) {
+                Py_CLEAR(result);
+                break;
+            }
+            PyList_SET_ITEM(PyTuple_GET_ITEM(result, f), j, value);
+        }
+    }
+    for (Py_ssize_t f = 0; f < MOST; f++) field_forget(&fields[f]);
+    return result;
+}
+
 /* distinct(objects, names, places=None) -> (index, firsts): the objects told apart by the values
    of their attributes `names` (compared with ==, as dict keys are): index[j] numbers object j's
    values in the order they first appear, firsts[u] is the position of the first object with the
@@ -1021,6 +1097,8 @@ static PyObject *loop_distinct(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *previous[MOST] = {NULL}, *current[MOST] = {NULL};
+    Field fields[MOST] = {{0}};
+    for (Py_ssize_t f = 0; f < width; f++) fields[f].name = PyTuple_GET_ITEM(names, f);
     PyObject *index = PyList_New(count), *firsts = PyList_New(0), *seen = PyDict_New(), *result = NULL;
     if (!index || !firsts || !seen) goto out;
     for (Py_ssize_t j = 0; j < count; j++) {
@@ -1032,7 +1110,7 @@ static PyObject *loop_distinct(PyObject *self, PyObject *args) {
         PyObject *object = PyList_GET_ITEM(objects, at);
         int same = number >= 0;
         for (Py_ssize_t f = 0; f < width; f++) {
-            current[f] = PyObject_GetAttr(object, PyTuple_GET_ITEM(names, f));
+            current[f] = field_of_object(&fields[f], object);
             if (!current[f]) goto out;
             if (same) {
                 same = PyObject_RichCompareBool(current[f], previous[f], Py_EQ);
@@ -1074,6 +1152,7 @@ out:
     for (Py_ssize_t f = 0; f < MOST; f++) {
         Py_XDECREF(previous[f]);
         Py_XDECREF(current[f]);
+        field_forget(&fields[f]);
     }
     Py_XDECREF(index);
     Py_XDECREF(firsts);
@@ -1203,6 +1282,8 @@ out:
 }
 
 static PyMethodDef methods[] = {
+    {"columns", loop_columns, METH_VARARGS,
+     "columns(objects, names) -> a list per attribute name of the objects' values, read in one pass."},
     {"dependents", loop_dependents, METH_VARARGS,
      "dependents(deps_of, places, base, index_of) -> (next_of, more, ndeps, missing) or None: the tables "
      "engine.dependents makes."},

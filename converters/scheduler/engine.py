@@ -60,6 +60,7 @@ from typing import Any, Iterator
 from ..diagnostics import InputError
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
 from ..positions import positions
+from .columns import columns
 from .deadlock import MAX_CHAIN, Deadlock, Wait, wait_chain
 from .network import Network, ring_distance, ring_hops
 from .quotient import WORLD, Quotient
@@ -151,11 +152,9 @@ class Program:
 
     def __init__(self, nodes: list[Node], shapes: dict[bytes, list[tuple[list, list, Program]]] | None = None):
         self.nodes = nodes
-        ids = [n.id for n in nodes]
-        deps = [n.deps for n in nodes]
-        self.types = types = _types_of(nodes)
+        ids, deps, kinds, durations = columns(nodes, ("id", "deps", "kind", "duration_ns"))
+        self.types = types = _types_of(kinds)
         # A negative time would run the clock back.
-        durations = [n.duration_ns for n in nodes]
         if durations and min(durations) < 0:  # (durations are ints: 0 needs no change)
             durations = [d if d > 0 else 0 for d in durations]
         self.durations = durations
@@ -296,9 +295,8 @@ def _add_dependent(next_of: list[int], more: dict[int, list[int]], j: int, i: in
         more[j].append(i)
 
 
-def _types_of(nodes: list[Node]) -> bytes:
-    """T_* of every node, one byte each (kinds are NodeKind members: their values are bytes)."""
-    kinds = [n.kind for n in nodes]
+def _types_of(kinds: list) -> bytes:
+    """T_* of every node kind, one byte each (kinds are NodeKind members: their values are bytes)."""
     try:
         return bytes(kinds).translate(_TYPE_TABLE)
     except (ValueError, TypeError):  # a kind that is no NodeKind

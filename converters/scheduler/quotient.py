@@ -32,6 +32,7 @@ from operator import attrgetter, lt
 from typing import Any
 
 from ..model import ExecutionTrace, NodeKind, Rank
+from .columns import columns as read_columns
 from .network import ring_distance, ring_hops
 
 WORLD = ("world",)
@@ -332,16 +333,14 @@ def _columns(nodes) -> tuple[Any, tuple]:
     """(the first id, what decides a program's timing besides the durations (the caller compares
     those), column by column); (None, a column only this list matches) when the ids are not
     ascending. A list of dependency lists compares as the flat list and the lengths did."""
-    ids = list(map(_ID, nodes))
+    ids, kinds, deps, sizes, colls, tags = read_columns(nodes, ("id", "kind", "deps", "size", "coll", "tag"))
     if not all(map(lt, ids, ids[1:])):
         return None, (id(nodes),)
-    deps = list(map(_DEPS, nodes))
     # A tuple of deps does not equal the list it holds; lists of any kind (the shared, read-only
     # ones of logs and skeletons) do, and are compared as they are.
     if not all(issubclass(kind, list) for kind in set(map(type, deps))):
         deps = [list(dl) for dl in deps]
-    columns = (ids, list(map(_KIND, nodes)), deps, list(map(_SIZE, nodes)), list(map(_COLL, nodes)), list(map(_TAG, nodes)))
-    return (ids[0] if ids else 0), columns  # NodeKind members compare as their values
+    return (ids[0] if ids else 0), (ids, kinds, deps, sizes, colls, tags)  # NodeKind members compare as their values
 
 
 def _rebased(base, columns: tuple) -> tuple:
@@ -356,9 +355,7 @@ def _rebased(base, columns: tuple) -> tuple:
     return (relative, kinds, [[d - base for d in dl] for dl in deps] if base else deps, *rest)
 
 
-# The columns read in C (one pass each), not by a comprehension's step per node.
-_ID, _DEPS, _KIND, _SIZE, _COLL, _TAG, _DURATION = (
-    attrgetter(name) for name in ("id", "deps", "kind", "size", "coll", "tag", "duration_ns"))
+_DURATION = attrgetter("duration_ns")  # (a column read by map in C, not by a comprehension's step per node)
 
 
 def _zip_views(rank: Rank, colls: list[int], rep_groups: list, p2ps: list[int], rep_peers: list[tuple]):
