@@ -262,6 +262,7 @@ def test_most_random_graphs_in_step_finish():
     assert finished >= 50
 
 
+@needs_c
 def test_c_loop_declines_what_python_must_report():
     """A collective in a group that does not include its rank: the Python loop raises when it
     meets the node, so the C loop declines and the error stays the same."""
