@@ -169,7 +169,8 @@ class Network:
             if table != "default":
                 layers.append(self._cli.get(table, {}))
             for layer in layers:
-                params = replace(params, **dict(layer))
+                if layer:  # (most are empty: nothing to replace)
+                    params = replace(params, **dict(layer))
             params = self._resolved[key] = params
         return params
 
