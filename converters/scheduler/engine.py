@@ -270,6 +270,21 @@ def dependents(deps_of: list, base: int, index_of: dict[int, int] | None) -> tup
     for i, deps in zip(places, deps_of):
         if not deps:
             continue
+        if len(deps) == 1 and index_of is None:  # (most nodes: the rule below, inline, without its set)
+            j = deps[0] - base
+            if 0 <= j < count:
+                k = next_of[j]
+                if k == NO_DEPENDENT:
+                    next_of[j] = i
+                else:
+                    if k >= 0:
+                        more[j] = [k]
+                        next_of[j] = SEVERAL
+                    more[j].append(i)
+            else:
+                missing[i] = [deps[0]]
+            ndeps[i] = 1
+            continue
         seen = set()
         for dep in deps:
             j = dep - base if index_of is None else index_of.get(dep)
@@ -284,7 +299,8 @@ def dependents(deps_of: list, base: int, index_of: dict[int, int] | None) -> tup
 
 
 def _add_dependent(next_of: list[int], more: dict[int, list[int]], j: int, i: int) -> None:
-    """Record that node i depends on node j."""
+    """Record that node i depends on node j (`dependents` does the same inline for nodes of one
+    dependency)."""
     k = next_of[j]
     if k == NO_DEPENDENT:
         next_of[j] = i
