@@ -767,8 +767,6 @@ static int by_start_then_end(const void *a, const void *b) {
     return (x[1] > y[1]) - (x[1] < y[1]);
 }
 
-/* When a rank's communication nodes run, as summary._merge makes it: the union of their
-   (start, end) with end > start, sorted, as a list of (start, end) tuples. */
 /* (start, end) pairs sorted by start, then end. The pairs come in the order of the talk list,
    the collectives' places then the sends' and receives': each part runs in order on one
    stream, so mostly two ascending runs, which are merged; anything else goes to qsort. */
@@ -798,6 +796,8 @@ static int sort_pairs(int64_t *pairs, Py_ssize_t count) {
     return 0; /* (what is left of the second run is in place) */
 }
 
+/* When a rank's communication nodes run, as summary._merge makes it: the union of their
+   (start, end) with end > start, sorted, as a list of (start, end) tuples. */
 static PyObject *talking_of(const Rank *R) {
     int64_t *pairs = PyMem_Malloc((size_t)(R->ntalk ? R->ntalk : 1) * 2 * sizeof(int64_t));
     if (!pairs) return PyErr_NoMemory();
@@ -1180,8 +1180,9 @@ static PyObject *loop_dependents(PyObject *self, PyObject *args) {
     if (PyList_GET_SIZE(deps_of) != count || (contiguous && (!PyLong_CheckExact(base_obj) || overflow)) ||
         (!contiguous && !PyDict_CheckExact(index_of)))
         Py_RETURN_NONE;
-    Py_ssize_t *next = malloc(sizeof(Py_ssize_t) * (count ? count : 1)), *seen_by = malloc(sizeof(Py_ssize_t) * (count ? count : 1));
-    PyObject **lists = calloc(count ? count : 1, sizeof(PyObject *)); /* borrowed: `more` holds them */
+    size_t room = (size_t)(count ? count : 1);
+    Py_ssize_t *next = PyMem_Malloc(room * sizeof(Py_ssize_t)), *seen_by = PyMem_Malloc(room * sizeof(Py_ssize_t));
+    PyObject **lists = PyMem_Calloc(room, sizeof(PyObject *)); /* borrowed: `more` holds them */
     PyObject *more = PyDict_New(), *missing = PyDict_New(), *ndeps = PyList_New(count), *next_of = NULL, *result = NULL;
     int plain = 1; /* false: a value the Python function must see */
     if (!next || !seen_by || !lists || !more || !missing || !ndeps) {
@@ -1271,9 +1272,9 @@ static PyObject *loop_dependents(PyObject *self, PyObject *args) {
     }
     result = PyTuple_Pack(4, next_of, more, ndeps, missing);
 out:
-    free(next);
-    free(seen_by);
-    free(lists);
+    PyMem_Free(next);
+    PyMem_Free(seen_by);
+    PyMem_Free(lists);
     Py_XDECREF(next_of);
     Py_XDECREF(more);
     Py_XDECREF(missing);
