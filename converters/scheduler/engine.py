@@ -270,17 +270,10 @@ def dependents(deps_of: list, base: int, index_of: dict[int, int] | None) -> tup
     for i, deps in zip(places, deps_of):
         if not deps:
             continue
-        if len(deps) == 1 and index_of is None:  # (most nodes: the rule below, inline, without its set)
+        if len(deps) == 1 and index_of is None:  # (most nodes: the rule below, without its set)
             j = deps[0] - base
             if 0 <= j < count:
-                k = next_of[j]
-                if k == NO_DEPENDENT:
-                    next_of[j] = i
-                else:
-                    if k >= 0:
-                        more[j] = [k]
-                        next_of[j] = SEVERAL
-                    more[j].append(i)
+                _add_dependent(next_of, more, j, i)
             else:
                 missing[i] = [deps[0]]
             ndeps[i] = 1
@@ -299,8 +292,7 @@ def dependents(deps_of: list, base: int, index_of: dict[int, int] | None) -> tup
 
 
 def _add_dependent(next_of: list[int], more: dict[int, list[int]], j: int, i: int) -> None:
-    """Record that node i depends on node j (`dependents` does the same inline for nodes of one
-    dependency)."""
+    """Record that node i depends on node j."""
     k = next_of[j]
     if k == NO_DEPENDENT:
         next_of[j] = i
