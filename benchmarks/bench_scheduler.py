@@ -114,9 +114,8 @@ def python_loop():
 def timed(label: str, trace: ExecutionTrace, every_rank: bool, runs: int, python_too: bool = False) -> None:
     nodes = trace.node_count()
     took = cpu = float("inf")
-    timeline = None
     for _ in range(runs):
-        del timeline  # (freeing the last run's timeline is not this run's work)
+        timeline = None  # (freeing the last run's timeline is not this run's work)
         start, began = time.perf_counter(), time.process_time()
         timeline = schedule(trace)
         took, cpu = min(took, time.perf_counter() - start), min(cpu, time.process_time() - began)
