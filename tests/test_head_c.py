@@ -238,3 +238,75 @@ def test_edges_of_the_loop():
         c_measured_nodes(data, 0, {}, templates, Node, {})
     with pytest.raises(ValueError):
         c_measured_nodes(data, -1, {}, templates, Node, {}, [])
+
+
+# -- Nodes made by filling their slots ---------------------------------------------------------
+
+
+def measured_messages(count: int) -> tuple[bytes, dict]:
+    """`count` framed measured messages of one tail, and that tail's template."""
+    bodies = [pb.Node(id=i + 1, name=f"op{i % 3}", type=4, data_deps=[i] if i else [], start_time_micros=10 * i + 1,
+                      duration_micros=i + 2).SerializeToString() for i in range(count)]
+    return b"".join(varint(len(body)) + body for body in bodies), learnt(bodies)
+
+
+@needs_c
+def test_the_c_loop_fills_nodes_slots_and_they_equal_nodes_made_by_calling():
+    """model.Node is made by storing into its slots (no call); the nodes equal Node(*arguments)."""
+    from converters._proto._head import fills
+
+    assert fills(Node)
+    data, templates = measured_messages(50)
+    called, filled = [], []
+    assert c_measured_nodes(data, 0, {}, templates, lambda *a: Node(*a), {}, called) == len(data)
+    assert c_measured_nodes(data, 0, {}, templates, Node, {}, filled) == len(data)
+    assert filled == called and len(filled) == 50
+    assert [(n.id, n.deps, n.start_ns, n.duration_ns) for n in filled[:2]] == [(1, [], 1000, 2000), (2, [1], 11000, 3000)]
+    assert all(type(n) is Node for n in filled)
+    # fresh lists and args per node, as a call gives them
+    assert len({id(n.deps) for n in filled}) == len({id(n.args) for n in filled}) == 50
+
+
+@needs_c
+def test_classes_whose_init_does_more_are_called():
+    """A __post_init__, an __init__ of its own, no slots, or not a class: the C loop calls
+    `make`, and sees a class whose __init__ is replaced after a first plan was made for it."""
+    import dataclasses
+
+    from converters._proto._head import fills
+
+    calls = []
+
+    @dataclasses.dataclass(slots=True)
+    class Checked(Node):
+        def __post_init__(self):
+            calls.append("post")
+
+    @dataclasses.dataclass(slots=True)
+    class Own(Node):
+        def __init__(self, *arguments):
+            calls.append("init")
+            Node.__init__(self, *arguments)
+
+    @dataclasses.dataclass(slots=True)
+    class Later(Node):
+        pass
+
+    Unslotted = dataclasses.make_dataclass("Unslotted", [(f.name, f.type, f) for f in dataclasses.fields(Node)])
+    data, templates = measured_messages(3)
+    assert not fills(Checked) and not fills(Own) and not fills(Unslotted) and not fills(len)
+    assert fills(Later)  # (the last plan made: the one kept)
+    generated = Later.__init__
+
+    def init_later(self, *arguments):
+        calls.append("later")
+        generated(self, *arguments)
+
+    Later.__init__ = init_later  # (Later's plan was made above: the loop must see the change)
+    assert not fills(Later)
+    for make, call in ((Checked, "post"), (Own, "init"), (Later, "later"), (Unslotted, None)):
+        calls.clear()
+        nodes = []
+        c_measured_nodes(data, 0, {}, templates, make, {}, nodes)
+        assert calls == ([call] * 3 if call else []), make
+        assert [dataclasses.astuple(n) for n in nodes] == [dataclasses.astuple(n) for n in both_loops(data, 0, templates)[1][1]]

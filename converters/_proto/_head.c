@@ -9,6 +9,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 
 #define TAG_ID 0x08
@@ -135,7 +136,7 @@ static int packed(const uint8_t *b, Py_ssize_t size, Py_ssize_t *pos, PyObject *
     return OK;
 }
 
-static PyObject *empty_tuple, *empty_str;
+static PyObject *empty_tuple, *empty_str, *init_name;
 
 /* A head's fields; the objects are new references (NULL: the field was absent). */
 struct head {
@@ -264,10 +265,102 @@ static PyObject *nanoseconds(uint64_t micros)
     return product;
 }
 
+/* Making `make(*arguments)` without calling it, when `make` is a dataclass whose __init__ does
+ * nothing but store its arguments in its fields, in order, and each field is a slot (model.Node):
+ * the object is allocated and the arguments stored at the slots' offsets, as that __init__
+ * would (most of a measured node's cost was the call). Such a class has dataclass's __init__
+ * (params.init, and an __init__ compiled from text as dataclasses makes it, not one written in
+ * a file or put in later), no __post_init__, only fields that __init__ takes by position (all
+ * its fields are in __match_args__), and object's __new__. Whatever fails these checks is
+ * called, so a dataclasses module that made its __init__ otherwise would cost only speed.
+ * tests/test_head_c.py holds the nodes made so to Node(*arguments), and `fills` to which
+ * classes pass. The plan is found once and found again when the class changes (its version
+ * tag: CPython sets it to 0 then). */
+static struct {
+    PyTypeObject *type;  /* strong reference; NULL: no plan */
+    unsigned int version;
+    Py_ssize_t offsets[ARG_COUNT];
+} fill;
+
+/* obj.name into *out, or NULL when obj has no such attribute: 0; -1 on another error. */
+static int optional_attr(PyObject *obj, const char *name, PyObject **out)
+{
+    *out = PyObject_GetAttrString(obj, name);
+    if (*out || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return *out ? 0 : -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* Whether the class's __init__ is a function compiled from text (dataclasses' way). */
+static int generated_init(PyTypeObject *type)
+{
+    PyObject *init = _PyType_Lookup(type, init_name);  /* borrowed */
+    if (!init || !PyFunction_Check(init))
+        return 0;
+    PyObject *file = ((PyCodeObject *)PyFunction_GET_CODE(init))->co_filename;
+    return PyUnicode_Check(file) && PyUnicode_CompareWithASCIIString(file, "<string>") == 0;
+}
+
+/* 1 when `make`'s objects can be made by filling their slots (the plan in `fill`), 0 when
+ * `make` must be called, -1 on a Python error. */
+static int fill_plan(PyObject *make)
+{
+    if (fill.type == (PyTypeObject *)make && fill.version && fill.type->tp_version_tag == fill.version)
+        return 1;
+    Py_CLEAR(fill.type);
+    if (!PyType_Check(make) || ((PyTypeObject *)make)->tp_new != PyBaseObject_Type.tp_new)
+        return 0;
+    PyTypeObject *type = (PyTypeObject *)make;
+    PyObject *params = NULL, *init = NULL, *fields = NULL, *positional = NULL;
+    int usable = 0;
+    if (optional_attr(make, "__dataclass_params__", &params) < 0 ||
+        (params && optional_attr(params, "init", &init) < 0) ||
+        optional_attr(make, "__dataclass_fields__", &fields) < 0 ||
+        optional_attr(make, "__match_args__", &positional) < 0)
+        goto done;
+    usable = init && PyObject_IsTrue(init) == 1 && generated_init(type) && fields && PyDict_Check(fields) &&
+             PyDict_GET_SIZE(fields) == ARG_COUNT && positional && PyTuple_Check(positional) &&
+             PyTuple_GET_SIZE(positional) == ARG_COUNT && !PyObject_HasAttrString(make, "__post_init__") &&
+             !PyErr_Occurred();
+    for (Py_ssize_t k = 0; usable && k < ARG_COUNT; k++) {
+        PyObject *name = PyTuple_GET_ITEM(positional, k);
+        PyObject *slot = PyUnicode_Check(name) ? _PyType_Lookup(type, name) : NULL;  /* borrowed */
+        PyMemberDef *member = slot && Py_IS_TYPE(slot, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)slot)->d_member
+                                                                             : NULL;
+        usable = member && member->type == T_OBJECT_EX && !(member->flags & READONLY) &&
+                 PyType_IsSubtype(type, PyDescr_TYPE(slot));
+        if (usable)
+            fill.offsets[k] = member->offset;
+    }
+    if (usable && type->tp_version_tag) {  /* _PyType_Lookup gave the class a tag */
+        fill.type = (PyTypeObject *)Py_NewRef(make);
+        fill.version = type->tp_version_tag;
+    } else {
+        usable = 0;
+    }
+done:
+    Py_XDECREF(params);
+    Py_XDECREF(init);
+    Py_XDECREF(fields);
+    Py_XDECREF(positional);
+    return PyErr_Occurred() ? -1 : usable;
+}
+
+/* `fill.type`'s object with the arguments stored in its slots (fill_plan said it can be). */
+static PyObject *filled(PyObject *const *arguments)
+{
+    PyObject *made = fill.type->tp_alloc(fill.type, 0);
+    if (made)
+        for (int k = 0; k < ARG_COUNT; k++)
+            *(PyObject **)((char *)made + fill.offsets[k]) = Py_NewRef(arguments[k]);
+    return made;
+}
+
 /* One measured message's Node appended to `nodes`: OK, REFUSED (a head or tail that
  * wire.measured_node would not take; nothing appended) or FAILED. */
 static int measured_node(const uint8_t *body, Py_ssize_t size, PyObject *known, PyObject *args_of,
-                         PyObject *make, PyObject *names, PyObject *nodes)
+                         PyObject *make, int fills, PyObject *names, PyObject *nodes)
 {
     struct head h;
     int step = read_head(body, size, known, &h);
@@ -285,7 +378,13 @@ static int measured_node(const uint8_t *body, Py_ssize_t size, PyObject *known, 
         if (canonical_varint(body, size, &at, &micros) == OK)
             rest_at = at;
     }
-    PyObject *key = Py_BuildValue("(Ky#)", (unsigned long long)h.type, (const char *)body + rest_at, size - rest_at);
+    PyObject *key = PyTuple_New(2);
+    if (key) {
+        PyTuple_SET_ITEM(key, 0, PyLong_FromUnsignedLongLong(h.type));
+        PyTuple_SET_ITEM(key, 1, PyBytes_FromStringAndSize((const char *)body + rest_at, size - rest_at));
+        if (!PyTuple_GET_ITEM(key, 0) || !PyTuple_GET_ITEM(key, 1))
+            Py_CLEAR(key);
+    }
     PyObject *template = key ? PyDict_GetItemWithError(args_of, key) : NULL;  /* borrowed */
     Py_XDECREF(key);
     if (!template || !PyTuple_CheckExact(template) || PyTuple_GET_SIZE(template) != ARG_COUNT) {
@@ -324,7 +423,7 @@ static int measured_node(const uint8_t *body, Py_ssize_t size, PyObject *known, 
         call[ARG_CTRL_DEPS] = owned[4];
         call[ARG_START] = owned[5];
         call[ARG_ARGS] = owned[6];
-        node = PyObject_Vectorcall(make, call, ARG_COUNT, NULL);
+        node = fills ? filled(call) : PyObject_Vectorcall(make, call, ARG_COUNT, NULL);
     }
     for (int k = 0; k < OWNED; k++)
         Py_XDECREF(owned[k]);
@@ -356,6 +455,9 @@ static PyObject *measured_nodes(PyObject *Py_UNUSED(module), PyObject *const *ar
         PyErr_SetString(PyExc_ValueError, "measured_nodes: negative position");
         return NULL;
     }
+    int fills = fill_plan(args[4]);
+    if (fills < 0)
+        return NULL;
     while (pos < size) {
         /* the length prefix in one or two bytes (messages below 16 KiB), as wire.short_frame */
         Py_ssize_t at = pos + 1, length = data[pos];
@@ -367,7 +469,7 @@ static PyObject *measured_nodes(PyObject *Py_UNUSED(module), PyObject *const *ar
         }
         if (length > size - at)
             break;
-        int step = measured_node(data + at, length, args[2], args[3], args[4], args[5], args[6]);
+        int step = measured_node(data + at, length, args[2], args[3], args[4], fills, args[5], args[6]);
         if (step == FAILED)
             return NULL;
         if (step == REFUSED)
@@ -377,11 +479,19 @@ static PyObject *measured_nodes(PyObject *Py_UNUSED(module), PyObject *const *ar
     return PyLong_FromSsize_t(pos);
 }
 
+/* fills(make): whether measured_nodes makes `make`'s objects by filling their slots (tests). */
+static PyObject *fills(PyObject *Py_UNUSED(module), PyObject *make)
+{
+    int plan = fill_plan(make);
+    return plan < 0 ? NULL : PyBool_FromLong(plan);
+}
+
 static PyMethodDef methods[] = {
     {"node_head", (PyCFunction)(void (*)(void))node_head, METH_FASTCALL,
      "node_head(body, known): wire.python_node_head, in C."},
     {"measured_nodes", (PyCFunction)(void (*)(void))measured_nodes, METH_FASTCALL,
      "measured_nodes(data, pos, known, args_of, make, names, nodes): wire.python_measured_nodes, in C."},
+    {"fills", fills, METH_O, "fills(make): whether measured_nodes fills make's slots instead of calling it."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -391,7 +501,8 @@ PyMODINIT_FUNC PyInit__head(void)
 {
     empty_tuple = PyTuple_New(0);
     empty_str = PyUnicode_FromStringAndSize("", 0);
-    if (!empty_tuple || !empty_str)
+    init_name = PyUnicode_InternFromString("__init__");
+    if (!empty_tuple || !empty_str || !init_name)
         return NULL;
     return PyModule_Create(&module);
 }
