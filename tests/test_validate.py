@@ -504,3 +504,42 @@ def test_any_single_resized_collective_names_its_rank(tp, pp, mb, data):
     findings = run_checks(trace)
     assert codes(findings) == ["E042"]
     assert findings[0].ranks == [rank] and findings[0].node["name"] == victim.name
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_per_node_checks_find_with_their_fast_paths_what_they_find_node_by_node(data):
+    """check_nodes and check_attributes skip their node-by-node loops when C-level passes
+    over the columns (or the shared attrs lists) show nothing to report. On nodes with random
+    problems (types, sizes, durations, missing or cpu-marked attributes, lists shared by nodes
+    of one kind or of several), their findings equal those with the loops always run."""
+    from converters.validate import nodes as checks
+    from converters.validate.context import build_context
+
+    trace = pipeline_model(tp=2, dp=1, pp=1, microbatches=2)
+    shared_lists = []
+    for rank in trace.ranks.values():
+        for node in rank.nodes:
+            if data.draw(st.booleans()):
+                attrs = wire_attrs(node, rank.rank)
+                if data.draw(st.booleans()):
+                    attrs = attrs[:data.draw(st.integers(0, len(attrs)))]
+                if data.draw(st.integers(0, 5)) == 0:
+                    attrs = [*attrs, WireAttr("is_cpu_op", "bool_val", True)]
+                if shared_lists and data.draw(st.booleans()):
+                    attrs = data.draw(st.sampled_from(shared_lists))  # (maybe another kind's list)
+                shared_lists.append(attrs)
+                node.attrs = attrs
+            if node.kind == NodeKind.COLLECTIVE:
+                node.coll = data.draw(st.sampled_from([node.coll, None, CollType.BROADCAST, CollType.GATHER]))
+                node.size = data.draw(st.sampled_from([node.size, 0, -1]))
+            node.duration_ns = data.draw(st.sampled_from([node.duration_ns, 0]))
+    ctx = build_context(trace, Options())
+    fast = (checks.check_nodes(ctx), checks.check_attributes(ctx))
+    saved = checks._collectives_clean, checks._any_lacking
+    checks._collectives_clean, checks._any_lacking = (lambda nodes, colls: False), (lambda found_for: True)
+    try:
+        slow = (checks.check_nodes(ctx), checks.check_attributes(ctx))
+    finally:
+        checks._collectives_clean, checks._any_lacking = saved
+    assert fast == slow

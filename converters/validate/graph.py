@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import chain, compress
-from operator import attrgetter, lt
+from operator import lt
 
+from ..scheduler.columns import columns
 from .context import Context, SharedList
 from .findings import Finding
 
@@ -33,10 +34,10 @@ def _clean_fast(shared: SharedList) -> bool:
     dependency an existing earlier node, no ctrl_deps. Mostly C-level work, for big sets."""
     if not shared.in_id_order:
         return False
-    nodes, ids = shared.nodes, shared.ids
-    if any(map(bool, map(attrgetter("ctrl_deps"), nodes))):
+    ids = shared.ids
+    deps, ctrl_deps = columns(shared.nodes, ("deps", "ctrl_deps"))
+    if any(map(bool, ctrl_deps)):
         return False
-    deps = list(map(attrgetter("deps"), nodes))
     if not set(chain.from_iterable(deps)) <= set(ids):
         return False
     has_deps = list(map(bool, deps))  # each node with dependencies: its latest one comes before it

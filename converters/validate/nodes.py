@@ -6,10 +6,11 @@ first node and a count.
 
 from __future__ import annotations
 
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, compress, repeat
+from operator import le
 
 from ..model import CollType, Node, NodeKind
+from ..scheduler.columns import columns
 from .context import Context
 from .findings import Finding
 
@@ -64,7 +65,8 @@ def check_attributes(ctx: Context) -> list[Finding]:
     for shared in ctx.shared:
         tally = _Tally()
         nodes = shared.nodes
-        index = _AttrIndex(nodes)
+        attr_column, = columns(nodes, ("attrs",))
+        index = _AttrIndex(attr_column)
         if index.bad:
             for node in nodes:
                 for attr in node.attrs or ():
@@ -74,17 +76,21 @@ def check_attributes(ctx: Context) -> list[Finding]:
         # Nodes read from one message tail share one attrs list, so what a list lacks is found
         # once per (list, kind): (missing required names, marked is_cpu_op=true)
         found_for: dict[tuple[int, NodeKind], tuple[tuple[str, ...], bool]] = {}
-        for i in (*shared.colls, *shared.sends, *shared.recvs):
+        for kind, where in ((NodeKind.COLLECTIVE, shared.colls), (NodeKind.SEND, shared.sends),
+                            (NodeKind.RECV, shared.recvs)):
+            for key in set(map(id, map(attr_column.__getitem__, where))):  # (the kind's lists, in C)
+                attrs = index.lists.get(key)
+                if attrs is not None:
+                    names = set(map(name_of, map(id, attrs)))
+                    missing = tuple(name for name in REQUIRED.get(kind, ()) if name not in names)
+                    found_for[key, kind] = (missing, bool(cpu_true) and not cpu_true.isdisjoint(map(id, attrs)))
+        # (the usual case: no list lacks anything, so no node is looked at)
+        for i in (*shared.colls, *shared.sends, *shared.recvs) if _any_lacking(found_for) else ():
             node = nodes[i]
             attrs = node.attrs
             if attrs is None:
                 continue
-            found = found_for.get((id(attrs), node.kind))
-            if found is None:
-                names = set(map(name_of, map(id, attrs)))
-                missing = tuple(name for name in REQUIRED.get(node.kind, ()) if name not in names)
-                marked_cpu = bool(cpu_true) and not cpu_true.isdisjoint(map(id, attrs))
-                found = found_for[id(attrs), node.kind] = (missing, marked_cpu)
+            found = found_for[id(attrs), node.kind]
             for name in found[0]:
                 tally.add(("E011", name, node.kind.name), node)
             if found[1]:
@@ -106,20 +112,27 @@ def check_attributes(ctx: Context) -> list[Finding]:
 
 
 class _AttrIndex:
-    """The distinct attribute objects of a node list, looked at once each.
+    """The distinct attribute objects of a node list's `attrs` column, looked at once each, and
+    its distinct lists by id (`lists`; None is not one).
 
     Readers intern equal attributes, so there are few distinct objects; collecting them by
     identity is C-level iteration, which keeps a 1024-rank set fast.
     """
 
-    def __init__(self, nodes: list[Node]):
-        attr_lists = list(filter(None, map(attrgetter("attrs"), nodes)))
-        attr_lists = list(dict(zip(map(id, attr_lists), attr_lists)).values())  # lists shared by nodes once
+    def __init__(self, attr_column: list):
+        self.lists = dict(zip(map(id, attr_column), attr_column))  # id -> list; lists shared by nodes once
+        self.lists.pop(id(None), None)
+        attr_lists = list(filter(None, self.lists.values()))
         distinct = dict(zip(map(id, chain.from_iterable(attr_lists)), chain.from_iterable(attr_lists)))
         self.name_of = {key: attr.name for key, attr in distinct.items()}
         self.bad = {key for key, attr in distinct.items()
                     if WIRE_KINDS.get(attr.name, attr.kind) != attr.kind}
         self.cpu_true = {key for key, attr in distinct.items() if attr.name == "is_cpu_op" and attr.value is True}
+
+
+def _any_lacking(found_for: dict) -> bool:
+    """Whether some attrs list of check_attributes' lacks a required name or is marked is_cpu_op=true."""
+    return any(missing or marked for missing, marked in found_for.values())
 
 
 def _default_of(kind: str) -> str:
@@ -136,7 +149,7 @@ def check_nodes(ctx: Context) -> list[Finding]:
     for shared in ctx.shared:
         tally = _Tally()
         nodes = shared.nodes
-        for i in shared.colls:
+        for i in () if _collectives_clean(nodes, shared.colls) else shared.colls:
             node = nodes[i]
             if node.coll is None:
                 if node.attrs is None:  # a Chakra node without comm_type is reported by "attributes"
@@ -168,13 +181,25 @@ def check_nodes(ctx: Context) -> list[Finding]:
                     tally.add(("E038", nodes[i].kind.name.lower()), nodes[i])
         # Only nodes read from Chakra files: the writer rounds model durations up to 1 µs.
         if nodes and nodes[0].attrs is not None:
-            for node in nodes:
-                if node.kind == NodeKind.COMPUTE and node.duration_ns <= 0 and not _has(node, "num_ops"):
+            kinds, durations = columns(nodes, ("kind", "duration_ns"))
+            for i in compress(range(len(nodes)), map(le, durations, repeat(0))):  # (few: C-level)
+                node = nodes[i]
+                if kinds[i] == NodeKind.COMPUTE and not _has(node, "num_ops"):
                     tally.add(("W019",), node)
         who, ranks, rank = shared.who(), shared.rank_ids, shared.ranks[0]
         for key, node, count in tally.items():
             findings.append(ctx.find(key[0], "nodes", _node_message(who, key, count), ranks=ranks, node=node, rank=rank))
     return findings
+
+
+def _collectives_clean(nodes: list[Node], colls: list[int]) -> bool:
+    """Whether none of these collectives has a problem check_nodes reports, told by C-level
+    passes over their columns (a log's collectives are most of its nodes). False when one may
+    have: check_nodes then looks at each."""
+    types, sizes = columns(list(map(nodes.__getitem__, colls)), ("coll", "size"))
+    kinds = set(types)
+    return (None not in kinds and kinds.isdisjoint(UNSUPPORTED) and CollType.BROADCAST not in kinds
+            and min(sizes, default=1) > 0)
 
 
 def _node_message(who: str, key: tuple, count: int) -> str:
