@@ -139,3 +139,23 @@ def test_a_file_measured_only_after_its_lookahead_takes_the_recipe_route(monkeyp
     decoder = NodeDecoder()
     chakra.read_rank(Path("w.0.et"), 0, early, decoder)
     assert len(decoder.recipes) == 2 and len(decoder.measured_templates) == 1
+
+
+def test_a_long_measured_message_with_a_new_tail_is_read_once_and_the_loop_goes_on(monkeypatch):
+    """A message of 16 KiB or more is past the C loop's frames: the reader learns the
+    message's new tail, starts the loop again at it, the loop stops there again, and the
+    message is read by the reader. The nodes are those of the recipe route, and the messages
+    after it take the loop again."""
+    long = pb.Node(id=3, name="big", type=4, data_deps=[2], start_time_micros=103, duration_micros=9,
+                   inputs=pb.IOInfo(values="x" * 20_000)).SerializeToString()
+    files = [framed([plain_node(i, 100 + i) for i in range(3)] + [long] + [plain_node(i, 100 + i) for i in range(4, 9)])]
+    learnt = []
+    learn = NodeDecoder.learn_measured_template
+    monkeypatch.setattr(NodeDecoder, "learn_measured_template", lambda self, body: learnt.append(len(body)) or learn(self, body))
+    fast = read_both_ways(files, monkeypatch)
+    assert set(learnt) == {len(plain_node(0, 100)), len(long)}  # the nodes after it: made in the loop
+    with monkeypatch.context() as m:
+        recipe_route_only(m)
+        assert read_both_ways(files, m) == fast
+    assert [(n.id, n.start_ns) for n in fast[0][0]] == [(i, (100 + i) * 1000) for i in range(9)]
+    assert fast[0][0][3].inputs[0] == "x" * 20_000

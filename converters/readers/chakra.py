@@ -431,8 +431,10 @@ class NodeDecoder:
 
         Such a file shares no node list: its times are its own. So its messages become Nodes at
         once: in C (wire.measured_nodes) while each has a measured start and a tail whose
-        template is known; where that loop stops, the message is read here (a new tail gets its
-        template; anything else takes the general route, `recipe`) and the loop goes on after it.
+        template is known. Where that loop stops at a new tail, the tail gets its template here
+        and the loop starts again at that message; where it stops otherwise (a message too long
+        for it too), the message is read here (`measured_node`, or the general route, `recipe`)
+        and the loop goes on after it.
         """
         nodes: list[Node] = []
         pos, size, general = nodes_at, len(data), 0
@@ -440,7 +442,8 @@ class NodeDecoder:
         while (pos := measured_nodes(data, pos, known, templates, Node, names, nodes)) < size:
             offset, start, end = next(frames(data, pos))
             body = data[start:end]
-            self.learn_measured_template(body)
+            if self.learn_measured_template(body):
+                continue  # the loop makes this message's node with its new template (or stops again)
             node = measured_node(body, known, templates, Node)
             if node is None:
                 node = self.build(self.recipe(body, path, offset))
@@ -449,15 +452,18 @@ class NodeDecoder:
             pos = end
         return nodes if general < len(nodes) else None
 
-    def learn_measured_template(self, body: bytes) -> None:
-        """Make the template of a measured message's tail if it has none yet."""
+    def learn_measured_template(self, body: bytes) -> bool:
+        """Make the template of a measured message's tail if it has none yet; True when it made
+        one that is not None."""
         head = node_head(body, self.dependencies)
         if head is None or not head[5]:
-            return
+            return False
         tail = body[head[6]:]
         key, _ = measured_key(head[2], tail)
-        if key not in self.measured_templates:
-            self.measured_templates[key] = self.measured_template(head[2], tail)
+        if key in self.measured_templates:
+            return False
+        template = self.measured_templates[key] = self.measured_template(head[2], tail)
+        return template is not None
 
     def measured_template(self, node_type: int, body_tail: bytes) -> tuple | None:
         """A Node's positional arguments for measured messages whose tails are this one but for
