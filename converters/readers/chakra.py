@@ -469,10 +469,12 @@ class NodeDecoder:
         """A Node's positional arguments for measured messages whose tails are this one but for
         their durations, as tail_of reads it; those each message gives are None
         (wire.MEASURED_ARG_POSITIONS). None when recipe_by_head would not read such messages."""
-        found = self.kind_and_tail(node_type, body_tail)
+        # (not through kind_and_tail's caches: a measured message's new tail is seldom seen again)
+        kind = NODE_KINDS.get(node_type)
+        found = None if kind is None else self.decoded_tail(node_type, kind, body_tail)
         if found is None:
             return None
-        kind, (_, _, _, between, after) = found
+        _, _, _, between, after = found
         arguments = [None, None, kind, *between, None, *after]
         for position in MEASURED_ARG_POSITIONS.values():
             arguments[position] = None
