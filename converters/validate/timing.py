@@ -17,6 +17,7 @@ import operator
 from itertools import compress, groupby, repeat
 
 from ..model import Node, NodeKind
+from ..scheduler.columns import columns
 from .context import Context, SharedList
 from .findings import Finding
 
@@ -50,18 +51,24 @@ def check_timing_across_ranks(ctx: Context) -> list[Finding] | None:
     return [*_receives_after_sends(ctx), *_bandwidth(ctx)]
 
 
-def _timed(nodes: list[Node]) -> list[Node]:
-    return [n for n in nodes if n.start_ns is not None]
+def _timed(nodes: list[Node]) -> tuple[list[Node], tuple[list, ...]]:
+    """The nodes with a start time, and their columns of `_COLUMNS` (one pass in C)."""
+    table = columns(nodes, _COLUMNS)
+    if None in table[2]:
+        timed = list(map(operator.is_not, table[2], repeat(None)))
+        return list(compress(nodes, timed)), tuple(list(compress(column, timed)) for column in table)
+    return nodes, table
 
 
 def _overlaps(ctx: Context, shared: SharedList) -> list[Finding]:
-    nodes = _timed(shared.nodes)
+    nodes, table = _timed(shared.nodes)
+    _, parents, starts, durations = table
     rank = shared.ranks[0]
     findings: list[Finding] = []
     # Zero-length ops (a receive whose data was already there) cannot overlap anything; nodes
     # measured on different streams (a profiler's GPU streams and threads) run side by side.
-    tops = compress(nodes, map(operator.is_, map(_PARENT, nodes), repeat(None)))  # in C: most nodes are sub-operations
-    top = sorted((n for n in tops if n.duration_ns > 0), key=lambda n: (n.start_ns, n.duration_ns))
+    tops = compress(range(len(nodes)), map(operator.is_, parents, repeat(None)))  # in C: most nodes are sub-operations
+    top = map(nodes.__getitem__, sorted((k for k in tops if durations[k] > 0), key=lambda k: (starts[k], durations[k])))
     first: tuple[Node, Node] | None = None
     count = 0
     previous_on: dict[str, Node] = {}
@@ -83,7 +90,7 @@ def _overlaps(ctx: Context, shared: SharedList) -> list[Finding]:
             f'{shared.who()}: "{b.name}" starts {_ms(overlap)} before "{a.name}" ends{more}; '
             "is the timestamp an end time (start = timestamp − duration)?",
             ranks=shared.rank_ids, node=b, rank=rank))
-    outside = _outside_parents(nodes)
+    outside = _outside_parents(nodes, table)
     if outside:
         n = outside[0][0]
         findings.append(ctx.find(
@@ -99,29 +106,33 @@ def _fused_halves(a: Node, b: Node) -> bool:
             and a.start_ns == b.start_ns and a.duration_ns == b.duration_ns)
 
 
-def _outside_parents(nodes: list[Node]) -> list[tuple[Node, Node]]:
+def _outside_parents(nodes: list[Node], table: tuple[list, ...] | None = None) -> list[tuple[Node, Node]]:
     """(sub-operation, its step) for each sub-operation that lies outside its step, in node
-    order; a sub-operation whose step is not among `nodes` is left out. A measured log has
-    hundreds of thousands of sub-operations, in runs of one step each: the columns are read
-    in C, and each run is held against its step by its earliest start and latest end (only a
-    run that leaves its step is looked at sub-operation by sub-operation)."""
-    by_id = dict(zip(map(_ID, nodes), nodes))
-    subs = list(compress(nodes, map(operator.is_not, map(_PARENT, nodes), repeat(None))))
-    starts = list(map(_START, subs))
-    ends = list(map(operator.add, starts, map(_DURATION, subs)))
+    order; a sub-operation whose step is not among `nodes` is left out. `table`: the nodes'
+    columns of `_COLUMNS`, when read already. A measured log has hundreds of thousands of
+    sub-operations, in runs of one step each: the columns are read in C, and each run is held
+    against its step by its earliest start and latest end (only a run that leaves its step is
+    looked at sub-operation by sub-operation)."""
+    ids, parents, all_starts, durations = table or columns(nodes, _COLUMNS)
+    index_of = dict(zip(ids, range(len(ids))))  # (the last node of an id, as a dict of nodes keeps it)
+    is_sub = list(map(operator.is_not, parents, repeat(None)))
+    subs = list(compress(range(len(nodes)), is_sub))
+    starts = list(compress(all_starts, is_sub))
+    ends = list(map(operator.add, starts, compress(durations, is_sub)))
     outside = []
     at = 0
-    for parent_id, run in groupby(map(_PARENT, subs)):
+    for parent_id, run in groupby(compress(parents, is_sub)):
         begin, at = at, at + len(list(run))
-        parent = by_id.get(parent_id, _ANY_TIME)
+        k = index_of.get(parent_id)
+        parent = _ANY_TIME if k is None else nodes[k]
         earliest = parent.start_ns - TOLERANCE_NS
         latest = parent.start_ns + parent.duration_ns + TOLERANCE_NS
         if min(starts[begin:at]) < earliest or max(ends[begin:at]) > latest:
-            outside.extend((subs[i], parent) for i in range(begin, at) if starts[i] < earliest or ends[i] > latest)
+            outside.extend((nodes[subs[i]], parent) for i in range(begin, at) if starts[i] < earliest or ends[i] > latest)
     return outside
 
 
-_ID, _PARENT, _START, _DURATION = (operator.attrgetter(name) for name in ("id", "parent", "start_ns", "duration_ns"))
+_COLUMNS = ("id", "parent", "start_ns", "duration_ns")  # what the per-rank timing checks read of every node
 # the step of a sub-operation whose step is missing: it holds any time
 _ANY_TIME = Node(-1, "", NodeKind.COMPUTE, duration_ns=1 << 64, start_ns=-(1 << 63))
 
