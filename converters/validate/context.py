@@ -12,6 +12,7 @@ from ..model import ExecutionTrace, Node, NodeKind, Rank
 from ..options import Options
 from ..positions import positions
 from ..ranks import parse_rank_list
+from ..scheduler.columns import columns
 from .findings import Finding, format_ranks, group_ref, node_ref
 
 # Inputs that record some ranks of a real run: having only some of them is normal.
@@ -169,8 +170,7 @@ def recorded_metadata(trace: ExecutionTrace, name: str):
 def _index_comm(entry: SharedList) -> None:
     """Indices of the comm nodes, in the order a simulator issues them (ascending node id)."""
     nodes = entry.nodes
-    ids = list(map(operator.attrgetter("id"), nodes))
-    kinds = list(map(operator.attrgetter("kind"), nodes))
+    ids, kinds = columns(nodes, ("id", "kind"))
     in_id_order = all(map(operator.lt, ids, islice(ids, 1, None)))
     entry.ids, entry.in_id_order = ids, in_id_order
     if not in_id_order:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..builders.one_rank import gathers_too_small, one_rank_collectives
 from ..model import ExecutionTrace, Node
+from ..scheduler.columns import columns
 from .context import SIMULATOR_FORMATS, Context, SharedList
 from .findings import Finding, format_ranks, rank_words
 
@@ -21,14 +24,11 @@ def used_groups(ctx: Context) -> dict[int, tuple[list[int], Node, int]]:
     """Group id -> (ranks that communicate in it, first node, number of nodes), over all ranks."""
     used: dict[int, tuple[list[int], Node, int]] = {}
     for shared in ctx.shared:
-        per_rep: dict[int, tuple[Node, int]] = {}
         nodes = shared.nodes
-        for i in (*shared.colls, *shared.sends, *shared.recvs):
-            node = nodes[i]
-            if node.group is None:
-                continue
-            first, count = per_rep.get(node.group, (node, 0))
-            per_rep[node.group] = (first, count + 1)
+        comm = (*shared.colls, *shared.sends, *shared.recvs)
+        groups, = columns(list(map(nodes.__getitem__, comm)), ("group",))  # (counted in C: logs are mostly these)
+        counts = Counter(groups)
+        per_rep = {gid: (nodes[comm[groups.index(gid)]], counts[gid]) for gid in dict.fromkeys(groups) if gid is not None}
         for rank in shared.ranks:
             for node, count in per_rep.values():
                 gid = rank.group_of(node)
