@@ -1,4 +1,5 @@
-"""Attributes of many objects, column by column: what the scheduler reads of every node."""
+"""Attributes of many objects, column by column: what the scheduler, and the validator's checks
+over every node, read of every node."""
 
 from __future__ import annotations
 
