@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from contextlib import contextmanager
 import sysconfig
 from pathlib import Path
 
@@ -30,7 +31,8 @@ from converters.scheduler import Deadlock, load_network, network_for
 from converters.scheduler.engine import IS_TALK, Engine, _loop, indices
 from converters.scheduler.network import Network
 from converters.scheduler.quotient import find_quotient
-from converters.scheduler.summary import _merge, summarize
+from converters.scheduler import summary as summary_module
+from converters.scheduler.summary import _credit_path, _merge, critical_path, summarize
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 needs_c = pytest.mark.skipif(_loop is None, reason="the C scheduler loop was not built (no C compiler)")
@@ -82,8 +84,20 @@ def same_schedule(trace: ExecutionTrace, net, quotient=None):
         # the summary from what the C loop adds up (merged communication, traffic sums)
         assert native.talking is not None and native.traffic is not None
         assert_talking_merged(native, got)
-        assert summarize(native, *got) == summarize(python, *expected)
+        with credits_in_python():
+            expected_summary = summarize(python, *expected)
+        assert summarize(native, *got) == expected_summary
     return got
+
+
+@contextmanager
+def credits_in_python():
+    """summary._credit_path's Python walk (its specification) instead of _loop.credit_path."""
+    saved, summary_module._loop = summary_module._loop, None
+    try:
+        yield
+    finally:
+        summary_module._loop = saved
 
 
 def assert_talking_merged(native: Engine, got) -> None:
@@ -237,6 +251,9 @@ def test_random_graphs_schedule_or_stall_the_same(seed, in_step):
         got = native._native_run()
         assert got is not None
         assert_talking_merged(native, got)
+        path = critical_path(native, *got)
+        with credits_in_python():
+            assert path == critical_path(native, *got)
 
 
 @pytest.mark.parametrize("seed", [189, 1175, 1811, 1957, 2257, 3172])
@@ -486,3 +503,101 @@ def test_columns_reads_what_getattr_reads():
         _loop.columns(objects, ("id", "size"))  # Other has no size
     with pytest.raises(ValueError, match="at most 8"):
         _loop.columns(objects, ("id",) * 9)
+
+
+def _finishes(trace: ExecutionTrace) -> bool:
+    return not isinstance(outcome(Engine(trace, _net()))[0], str)
+
+
+def _scheduled(trace=None):
+    """An engine that has run a small finished trace, its (starts, ends, cause), and the node
+    that ends last (where the critical path starts)."""
+    trace = trace or next(filter(_finishes, map(_finishing_trace, range(100))))
+    engine = Engine(trace, _net())
+    starts, ends, cause = engine.run()
+    r = max(range(len(ends)), key=lambda p: max(ends[p], default=-1))
+    return engine, starts, ends, cause, (r, ends[r].index(max(ends[r])))
+
+
+@needs_c
+def test_credit_path_in_c_is_its_python_specification():
+    """The walk back and its sums: the same steps, categories and rows, in the same order."""
+    for seed in range(60):
+        trace = _finishing_trace(seed)
+        if not _finishes(trace):
+            continue
+        engine, _, ends, cause, last = _scheduled(trace)
+        steps, by_category, top = _credit_path(engine, ends, cause, last)
+        with credits_in_python():
+            assert (steps, by_category, top) == _credit_path(engine, ends, cause, last)
+        assert steps >= 1 and sum(by_category.values()) == sum(row[2] for row in top)
+        assert sum(row[3] for row in top) == steps
+
+
+@needs_c
+def test_credit_path_tells_categories_by_value_not_identity():
+    """Consecutive nodes on the path whose groups are equal but distinct objects, and nodes of
+    another rank with the very same kind and group objects: each (rank, kind, group) value is
+    asked for its category once, and credited as its value says."""
+    from types import SimpleNamespace as Obj
+
+    first, second = int("1000000"), int("1000000")  # equal, two objects
+    assert first is not second
+    stride = 10
+    nodes = [[Obj(kind="k", group=first, name="a"), Obj(kind="k", group=second, name="b"),
+              Obj(kind="k", group=first, name="a")],
+             [Obj(kind="k", group=first, name="a"), Obj(kind="m", group=None, name="c")]]
+    # the path: (1, 1) <- (1, 0) <- (0, 2) <- (0, 1) <- (0, 0)
+    cause = [[-1, 0, 1], [2, 10]]
+    ends = [[5, 7, 12], [20, 26]]
+    asked = []
+
+    def category_of(r, node):
+        asked.append((r, node.kind, node.group))
+        return f"{r}{node.kind}"
+
+    steps, by_category, top = _loop.credit_path(cause, ends, stride, 1, 1, nodes, 100, category_of)
+    assert asked == [(1, "m", None), (1, "k", first), (0, "k", first)]
+    assert steps == 5
+    assert by_category == {"1m": 6, "1k": 8, "0k": 12}
+    assert top == [("1m", "c", 6, 1), ("1k", "a", 8, 1), ("0k", "a", 10, 2), ("0k", "b", 2, 1)]
+
+
+@needs_c
+def test_credit_path_leaves_odd_tables_to_python():
+    """A time that is no int of 64 bits, or a cause outside the tables: the C declines (None) and
+    the Python sums the times or raises what it raises."""
+    engine, _, ends, cause, last = _scheduled()
+    nodes = [p.nodes for p in engine.progs]
+    limit = sum(map(len, nodes)) + 1
+
+    def in_c(ends, cause, last=last):
+        return _loop.credit_path(cause, ends, engine.stride, *last, nodes, limit, lambda r, node: "x")
+
+    assert in_c(ends, cause) is not None
+    huge = [list(e) for e in ends]
+    huge[last[0]][last[1]] = 1 << 70  # past 64 bits: Python's ints sum it
+    assert in_c(huge, cause) is None
+    steps, by_category, _ = _credit_path(engine, huge, cause, last)
+    assert sum(by_category.values()) >= 1 << 70
+    floating = [list(e) for e in ends]
+    floating[last[0]][last[1]] = float(floating[last[0]][last[1]])
+    assert in_c(floating, cause) is None
+    broken = [list(c) for c in cause]
+    broken[last[0]][last[1]] = len(ends) * engine.stride + 1  # (a position past the last rank)
+    assert in_c(ends, broken) is None
+    with pytest.raises(IndexError):
+        _credit_path(engine, ends, broken, last)
+    assert in_c(ends, cause, (len(ends), 0)) is None and in_c(ends, cause, (0, -1)) is None
+
+
+@needs_c
+def test_credit_path_raises_what_category_of_raises():
+    engine, _, ends, cause, last = _scheduled()
+    nodes = [p.nodes for p in engine.progs]
+
+    def failing(r, node):
+        raise KeyError("no such group")
+
+    with pytest.raises(KeyError, match="no such group"):
+        _loop.credit_path(cause, ends, engine.stride, *last, nodes, 10**6, failing)

@@ -1282,9 +1282,193 @@ out:
     return result;
 }
 
+/* ------------------------------------------------------------------ the critical path's credits */
+
+/* The int in list[k] as an int64; *bad set when it is no int of 64 bits. */
+static int64_t item_int64(PyObject *list, Py_ssize_t k, int *bad) {
+    PyObject *x = PyList_GET_ITEM(list, k);
+    int overflow = 0;
+    long long value = PyLong_CheckExact(x) ? PyLong_AsLongLongAndOverflow(x, &overflow) : 0;
+    if (!PyLong_CheckExact(x) || overflow) *bad = 1;
+    return value;
+}
+
+/* The number `table` (a dict numbering its keys 0, 1, ... as they come) gives key: a new key
+   gets the next, is appended to `keys` and has *added set. -1 on an error. */
+static Py_ssize_t number_of(PyObject *table, PyObject *keys, PyObject *key, int *added) {
+    *added = 0;
+    if (!key) return -1;
+    PyObject *found = PyDict_GetItemWithError(table, key);
+    if (found) return PyLong_AsSsize_t(found);
+    if (PyErr_Occurred()) return -1;
+    Py_ssize_t next = PyList_GET_SIZE(keys);
+    PyObject *number = PyLong_FromSsize_t(next);
+    int failed = !number || PyDict_SetItem(table, key, number) < 0 || PyList_Append(keys, key) < 0;
+    Py_XDECREF(number);
+    *added = 1;
+    return failed ? -1 : next;
+}
+
+/* {keys[n]: ns[n]} in the order of `keys`. */
+static PyObject *sums_of(PyObject *keys, const Vec *ns) {
+    PyObject *sums = PyDict_New();
+    for (Py_ssize_t n = 0; sums && n < PyList_GET_SIZE(keys); n++) {
+        PyObject *value = PyLong_FromLongLong(ns->v[n]);
+        if (!value || PyDict_SetItem(sums, PyList_GET_ITEM(keys, n), value) < 0) Py_CLEAR(sums);
+        Py_XDECREF(value);
+    }
+    return sums;
+}
+
+/* [(categories[of[n]], names[n], ns[n], counts[n]) for each n] */
+static PyObject *rows_of(PyObject *categories, const Vec *of, PyObject *names, const Vec *ns, const Vec *counts) {
+    Py_ssize_t count = PyList_GET_SIZE(names);
+    PyObject *rows = PyList_New(count);
+    for (Py_ssize_t n = 0; rows && n < count; n++) {
+        PyObject *row = PyTuple_New(4), *sum = PyLong_FromLongLong(ns->v[n]), *times = PyLong_FromLongLong(counts->v[n]);
+        if (!row || !sum || !times) {
+            Py_XDECREF(row), Py_XDECREF(sum), Py_XDECREF(times);
+            Py_CLEAR(rows);
+            break;
+        }
+        PyTuple_SET_ITEM(row, 0, Py_NewRef(PyList_GET_ITEM(categories, of->v[n])));
+        PyTuple_SET_ITEM(row, 1, Py_NewRef(PyList_GET_ITEM(names, n)));
+        PyTuple_SET_ITEM(row, 2, sum);
+        PyTuple_SET_ITEM(row, 3, times);
+        PyList_SET_ITEM(rows, n, row);
+    }
+    return rows;
+}
+
+/* credit_path(cause, ends, stride, r, i, nodes, limit, category_of) -> (steps, by_category, top)
+   or None: summary._credit_path (its specification) step for step. From node i of position r
+   back along `cause` (-1: none), at most `limit` nodes, each credited with the time from its
+   cause's end to its own end; the credits summed per category (category_of(r, node), asked once
+   per position, kind and group), a dict, and per category and name, rows of (category, name,
+   ns, count); both in the order first met. nodes: each position's list of nodes. None when a
+   table is not as the scheduler makes it (a position out of range, a time that is no int of
+   64 bits, a sum past 64 bits): the Python runs instead and says what is wrong. */
+static PyObject *loop_credit_path(PyObject *self, PyObject *args) {
+    PyObject *cause, *ends, *nodes, *category_of;
+    Py_ssize_t stride, r, i, limit;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!nnnO!nO", &PyList_Type, &cause, &PyList_Type, &ends, &stride, &r, &i,
+                          &PyList_Type, &nodes, &limit, &category_of))
+        return NULL;
+    static const char *const attributes[] = {"kind", "group", "name"};
+    Field fields[3] = {{0}};
+    /* Numbered as first met, each dict beside the list of its keys: (position, kind, group);
+       categories; per category, the names of its nodes (a dict each). */
+    PyObject *seen = PyDict_New(), *seen_keys = PyList_New(0), *numbered = PyDict_New(), *categories = PyList_New(0),
+             *names_in = PyList_New(0), *names = PyList_New(0), *result = NULL;
+    PyObject *last_kind = NULL, *last_group = NULL; /* the last node's (references), whose category is k */
+    Vec category_of_seen = {0}, category_ns = {0}, name_category = {0}, name_ns = {0}, name_count = {0};
+    int bad = 0, added;
+    for (int f = 0; f < 3; f++)
+        if (!(fields[f].name = PyUnicode_InternFromString(attributes[f]))) goto out;
+    if (!seen || !seen_keys || !numbered || !categories || !names_in || !names) goto out;
+    Py_ssize_t ranks = PyList_GET_SIZE(cause), steps = 0, k = -1, last_r = -1;
+    if (stride <= 0 || PyList_GET_SIZE(ends) != ranks || PyList_GET_SIZE(nodes) != ranks) goto odd;
+    int64_t end = 0;
+    while (steps < limit) {
+        if (r < 0 || r >= ranks) goto odd;
+        PyObject *causes = PyList_GET_ITEM(cause, r), *times = PyList_GET_ITEM(ends, r), *row = PyList_GET_ITEM(nodes, r);
+        if (!PyList_Check(causes) || !PyList_Check(times) || !PyList_Check(row) || i < 0 ||
+            i >= PyList_GET_SIZE(causes) || i >= PyList_GET_SIZE(times) || i >= PyList_GET_SIZE(row))
+            goto odd;
+        if (steps == 0) end = item_int64(times, i, &bad);
+        int64_t c = item_int64(causes, i, &bad), before = 0, credit = 0;
+        Py_ssize_t cr = 0, ci = 0;
+        if (c >= 0) {
+            cr = (Py_ssize_t)(c / stride), ci = (Py_ssize_t)(c % stride);
+            PyObject *earlier = cr < ranks ? PyList_GET_ITEM(ends, cr) : NULL;
+            if (!earlier || !PyList_Check(earlier) || ci >= PyList_GET_SIZE(earlier)) goto odd;
+            before = item_int64(earlier, ci, &bad);
+        }
+        if (bad || (end > before && __builtin_sub_overflow(end, before, &credit))) goto odd;
+        steps++;
+
+        PyObject *node = PyList_GET_ITEM(row, i), *value[3];
+        for (int f = 0; f < 3; f++) value[f] = field_of_object(&fields[f], node);
+        Py_ssize_t n = -1;
+        if (!value[0] || !value[1] || !value[2]) goto node_done;
+        /* the node's category, by its position, kind and group: the last node's when those are
+           the same objects (a rank's chain of computation), else found or asked of Python once */
+        if (r != last_r || value[0] != last_kind || value[1] != last_group) {
+            PyObject *where = PyLong_FromSsize_t(r);
+            PyObject *key = where ? PyTuple_Pack(3, where, value[0], value[1]) : NULL;
+            Py_XDECREF(where);
+            Py_ssize_t s = number_of(seen, seen_keys, key, &added);
+            Py_XDECREF(key);
+            k = -1;
+            if (s >= 0 && added) {
+                PyObject *category = PyObject_CallFunction(category_of, "nO", r, node);
+                k = number_of(numbered, categories, category, &added);
+                Py_XDECREF(category);
+                PyObject *fresh = k >= 0 && added ? PyDict_New() : NULL;
+                if (k >= 0 && added && (!fresh || PyList_Append(names_in, fresh) < 0 || vec_push(&category_ns, 0) < 0))
+                    k = -1;
+                Py_XDECREF(fresh);
+                if (k >= 0 && vec_push(&category_of_seen, k) < 0) k = -1;
+            } else if (s >= 0) {
+                k = (Py_ssize_t)category_of_seen.v[s];
+            }
+            last_r = k < 0 ? -1 : r;
+            Py_XSETREF(last_kind, Py_NewRef(value[0]));
+            Py_XSETREF(last_group, Py_NewRef(value[1]));
+        }
+        if (k < 0) goto node_done;
+        n = number_of(PyList_GET_ITEM(names_in, k), names, value[2], &added); /* and the node's name in it */
+        if (n >= 0 && added && (vec_push(&name_category, k) < 0 || vec_push(&name_ns, 0) < 0 || vec_push(&name_count, 0) < 0))
+            n = -1;
+    node_done:
+        for (int f = 0; f < 3; f++) Py_XDECREF(value[f]);
+        if (n < 0) {
+            if (!PyErr_Occurred()) PyErr_NoMemory();
+            goto out;
+        }
+        if (__builtin_add_overflow(category_ns.v[k], credit, &category_ns.v[k]) ||
+            __builtin_add_overflow(name_ns.v[n], credit, &name_ns.v[n]))
+            goto odd;
+        name_count.v[n]++;
+        if (c < 0) break;
+        r = cr, i = ci, end = before;
+    }
+    PyObject *by_category = sums_of(categories, &category_ns);
+    PyObject *top = by_category ? rows_of(categories, &name_category, names, &name_ns, &name_count) : NULL;
+    if (top) result = Py_BuildValue("(nOO)", steps, by_category, top);
+    Py_XDECREF(by_category);
+    Py_XDECREF(top);
+    goto out;
+odd:
+    result = Py_NewRef(Py_None);
+out:
+    for (int f = 0; f < 3; f++) {
+        field_forget(&fields[f]);
+        Py_XDECREF(fields[f].name);
+    }
+    Py_XDECREF(last_kind);
+    Py_XDECREF(last_group);
+    Py_XDECREF(seen);
+    Py_XDECREF(seen_keys);
+    Py_XDECREF(numbered);
+    Py_XDECREF(categories);
+    Py_XDECREF(names_in);
+    Py_XDECREF(names);
+    PyMem_Free(category_of_seen.v);
+    PyMem_Free(category_ns.v);
+    PyMem_Free(name_category.v);
+    PyMem_Free(name_ns.v);
+    PyMem_Free(name_count.v);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"columns", loop_columns, METH_VARARGS,
      "columns(objects, names) -> a list per attribute name of the objects' values, read in one pass."},
+    {"credit_path", loop_credit_path, METH_VARARGS,
+     "credit_path(cause, ends, stride, r, i, nodes, limit, category_of) -> (steps, by_category, top) or None: "
+     "summary._credit_path's walk back along the causes and its sums."},
     {"dependents", loop_dependents, METH_VARARGS,
      "dependents(deps_of, places, base, index_of) -> (next_of, more, ndeps, missing) or None: the tables "
      "engine.dependents makes."},

@@ -9,11 +9,12 @@ receive from when its data starts to move.
 
 from __future__ import annotations
 
-import heapq
+from functools import partial
+from operator import itemgetter
 from typing import Any
 
 from ..model import NodeKind
-from .engine import IS_COLL_OR_SEND, IS_TALK, T_OTHER, Engine, indices
+from .engine import IS_COLL_OR_SEND, IS_TALK, T_OTHER, Engine, _loop, indices
 
 TOP_CONTRIBUTORS = 10
 _BUSY_KINDS = (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
@@ -165,12 +166,43 @@ def critical_path(engine: Engine, starts, ends, cause, finishes: list[int] | Non
     last = None if last_rank is None else (last_rank, ends[last_rank].index(finishes[last_rank]))
     if last is None:
         return {"length_ns": 0, "nodes": 0, "by_category": {}, "top": []}
-    path = _walk_back(engine, ends, cause, last)
+    steps, by_category, top = _credit_path(engine, ends, cause, last)
+    if len(top) > TOP_CONTRIBUTORS:  # the rows of the ten largest credits and their equals, sorted below
+        cut = sorted(map(itemgetter(2), top), reverse=True)[TOP_CONTRIBUTORS - 1]
+        top = [row for row in top if row[2] >= cut]
+    ranked = sorted(top, key=lambda row: (-row[2], row[0], row[1]))[:TOP_CONTRIBUTORS]
+    return {
+        "length_ns": ends[last[0]][last[1]],
+        "nodes": steps,
+        "by_category": dict(sorted(by_category.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "top": [{"name": name, "category": cat, "ns": ns, "count": count} for cat, name, ns, count in ranked if ns > 0],
+    }
+
+
+def _credit_path(engine: Engine, ends, cause, last: tuple[int, int]) -> tuple[int, dict[str, int], list[tuple[str, str, int, int]]]:
+    """Walk back from `last` along the causes, crediting each node with the time from its cause's
+    end to its own end: the nodes on the path, the credit per category, and (category, name,
+    credit, count) per category and name; in the order first met. In C where _loop.c was built
+    (the same sums); this is its specification."""
+    progs = engine.progs
+    limit = sum(len(p.nodes) for p in progs) + 1  # (a cycle of causes would be a bug)
+    if _loop is not None:
+        done = _loop.credit_path(cause, ends, engine.stride, *last, [p.nodes for p in progs], limit,
+                                 partial(_category, engine))
+        if done is not None:
+            return done
+    stride = engine.stride
     by_category: dict[str, int] = {}
     top: dict[tuple[str, str], list[int]] = {}
     category_of: dict[tuple, str] = {}  # (position, kind, group) -> the category of such nodes
-    progs = engine.progs
-    for r, i, credit in path:
+    r, i = last
+    end = ends[r][i]
+    steps = 0
+    while steps < limit:
+        steps += 1
+        c = cause[r][i]
+        before = ends[c // stride][c % stride] if c >= 0 else 0
+        credit = end - before if end > before else 0
         node = progs[r].nodes[i]
         key = (r, node.kind, node.group)
         category = category_of.get(key)
@@ -183,31 +215,10 @@ def critical_path(engine: Engine, starts, ends, cause, finishes: list[int] | Non
         else:
             entry[0] += credit
             entry[1] += 1
-    ranked = heapq.nsmallest(TOP_CONTRIBUTORS, top.items(), key=lambda kv: (-kv[1][0], kv[0]))  # (sorted, first ten)
-    return {
-        "length_ns": ends[last[0]][last[1]],
-        "nodes": len(path),
-        "by_category": dict(sorted(by_category.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "top": [{"name": name, "category": cat, "ns": ns, "count": count} for (cat, name), (ns, count) in ranked if ns > 0],
-    }
-
-
-def _walk_back(engine: Engine, ends, cause, last: tuple[int, int]) -> list[tuple[int, int, int]]:
-    """(position, node, credit) of each node on the path from `last` back along the causes."""
-    stride = engine.stride
-    path = []
-    r, i = last
-    limit = sum(len(p.nodes) for p in engine.progs) + 1  # (a cycle of causes would be a bug)
-    while len(path) < limit:
-        c = cause[r][i]
-        end = ends[r][i]
         if c < 0:
-            path.append((r, i, end if end > 0 else 0))
             break
-        before = ends[c // stride][c % stride]
-        path.append((r, i, end - before if end > before else 0))
-        r, i = c // stride, c % stride
-    return path
+        r, i, end = c // stride, c % stride, before
+    return steps, by_category, [(category, name, ns, count) for (category, name), (ns, count) in top.items()]
 
 
 def _category(engine: Engine, r: int, node) -> str:
