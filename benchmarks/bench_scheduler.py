@@ -52,6 +52,7 @@ from converters.diagnostics import Diagnostics  # noqa: E402
 from converters.model import CollType, ExecutionTrace, Rank  # noqa: E402
 from converters.scheduler import network_for, schedule  # noqa: E402
 from converters.scheduler import engine as engine_module  # noqa: E402
+from converters.scheduler import summary as summary_module  # noqa: E402
 from converters.scheduler.engine import Engine  # noqa: E402
 
 SIMAI = ROOT / "samples" / "simai_tp8_pp16_1024gpu.txt"
@@ -103,12 +104,14 @@ def synthetic(ranks: int, layers: int = 40, microbatches: int = 8, stages: int =
 
 @contextmanager
 def python_loop():
-    """Schedule with the Python loop (engine.Engine._python_run), as without the C module."""
+    """Schedule with the Python loop (engine.Engine._python_run) and the critical path's Python
+    walk (summary._credit_path), as without the C module."""
     saved, engine_module._loop = engine_module._loop, None
+    summary_module._loop = None
     try:
         yield
     finally:
-        engine_module._loop = saved
+        engine_module._loop = summary_module._loop = saved
 
 
 def timed(label: str, trace: ExecutionTrace, every_rank: bool, runs: int, python_too: bool = False) -> None:
