@@ -1,7 +1,8 @@
-/* The scheduler's event loop in C: engine.Engine.run's rules, node by node.
+/* The scheduler's event loop in C: engine.Engine.run's rules.
 
    engine.py's Python loop is the specification; this file follows it step for step (release,
-   issue, a collective's instance, a send meeting its receive) so that every start, end and
+   issue, a run of compute nodes set at once, a collective's instance, a send meeting its
+   receive) so that every start, end and
    cause is the same to the nanosecond, and tests/test_scheduler_c.py holds the two together.
    What needs Python (groups, the network's costs, channel keys) is worked out by
    Engine._talk_tables before the loop: rows of (group or channel, issuers needed, cost,
@@ -176,6 +177,10 @@ typedef struct {
     Slot *node;
     const int64_t *prio, *by_prio; /* shared (Loop.arrays); NULL: ascending ids */
     PyObject **more;               /* borrowed lists where next is SEVERAL */
+    const int64_t *ndeps;          /* shared: each node's dependencies (engine.Program.ndeps) */
+    const int64_t *order;          /* shared: compute nodes in issue order (Program.compute_order) */
+    const uint8_t *linked;         /* borrowed: place c + 1 continues the run at c (Program.linked) */
+    Py_ssize_t norder, first;      /* compute nodes; place in order of the first not started */
     int64_t *talk, *klass, *bytes; /* communication nodes' positions, traffic classes, sizes */
     Py_ssize_t ntalk, nklass;
     Vec q[3];
@@ -355,6 +360,45 @@ static inline void take_stream_cause(Loop *L, Py_ssize_t r, Rank *R, Py_ssize_t 
     if (readied_at != t) R->node[i].cause = freed_by;
 }
 
+/* Compute node i, at place c of its rank's issue order of compute nodes ahead of every other
+   not started, starts a run (engine.py's run_compute, Program.run_from): the nodes after it
+   that each only its predecessor readies are started one after another from *end, without an
+   event each. The last one, whose end *end becomes, is returned for the one event kept. */
+static Py_ssize_t run_compute(Loop *L, Py_ssize_t r, Rank *R, Py_ssize_t c, Py_ssize_t i, int64_t *end) {
+    const int64_t *order = R->order;
+    Py_ssize_t last = c;
+    while (R->linked[last]) last++; /* (the last place is never linked) */
+    if (last > c) { /* the run's last node may not ready a node of several dependencies */
+        Py_ssize_t j = (Py_ssize_t)order[last];
+        int64_t k = R->node[j].next;
+        int several = k >= 0 && R->ndeps[k] > 1;
+        if (k == SEVERAL) {
+            PyObject *more = R->more[j];
+            for (Py_ssize_t m = 0; m < PyList_GET_SIZE(more) && !several; m++)
+                several = R->ndeps[PyLong_AsSsize_t(PyList_GET_ITEM(more, m))] > 1;
+        }
+        if (several) last--;
+    }
+    /* nor end when it starts: node by node, its end would come in a later batch of that time */
+    while (last > c && !R->node[order[last]].dur) last--;
+    int64_t base = (int64_t)r * L->stride, t = *end;
+    for (Py_ssize_t place = c + 1; place <= last; place++) {
+        Py_ssize_t j = (Py_ssize_t)order[place];
+        R->node[i].state = S_DONE;
+        R->node[j].state = S_ISSUED;
+        R->node[j].start = t;
+        R->node[j].cause = base + i;
+        t = R->node[j].end = t + R->node[j].dur;
+        i = j;
+    }
+    R->done += last - c;
+    Py_ssize_t place = last + 1; /* (places further on that were ready earlier have started) */
+    while (place < R->norder && R->node[order[place]].state >= S_ISSUED) place++;
+    R->first = place;
+    *end = t;
+    return i;
+}
+
 static int issue(Loop *L, Py_ssize_t r, int64_t t) {
     Rank *R = &L->ranks[r];
     Vec *free_q = &R->q[Q_FREE];
@@ -376,6 +420,7 @@ static int issue(Loop *L, Py_ssize_t r, int64_t t) {
         R->node[i].start = t;
         take_stream_cause(L, r, R, i, t, Q_COMPUTE);
         int64_t end = R->node[i].end = t + R->node[i].dur;
+        if (R->first < R->norder && R->order[R->first] == i) i = run_compute(L, r, R, R->first, i, &end);
         if (end > t) { /* the stream's busy time, touching stretches joined */
             Vec *c = &R->computing;
             if (c->len && c->v[c->len - 1] == t) {
@@ -662,23 +707,30 @@ out:
     return rc;
 }
 
-/* (types, queue, durations, ndeps, next_of, more, prio, by_prio, roots, talk, index, rows) */
+/* (types, queue, durations, ndeps, next_of, more, prio, by_prio, compute_order, linked, roots, talk, index,
+   rows) */
 static int load_rank(Loop *L, Rank *R, PyObject *spec, int *bad, int64_t *total) {
-    PyObject *types, *queue, *dur, *ndeps, *next_of, *more, *prio, *by_prio, *roots, *talk, *index, *rows;
-    if (!PyArg_ParseTuple(spec, "SSOOOO!OOOOOO", &types, &queue, &dur, &ndeps, &next_of, &PyDict_Type, &more, &prio,
-                          &by_prio, &roots, &talk, &index, &rows))
+    PyObject *types, *queue, *dur, *ndeps, *next_of, *more, *prio, *by_prio, *order, *linked, *roots, *talk, *index,
+        *rows;
+    if (!PyArg_ParseTuple(spec, "SSOOOO!OOOSOOOO", &types, &queue, &dur, &ndeps, &next_of, &PyDict_Type, &more,
+                          &prio, &by_prio, &order, &linked, &roots, &talk, &index, &rows))
         return -1;
     Py_ssize_t n = R->n = PyBytes_GET_SIZE(types);
-    if (PyBytes_GET_SIZE(queue) != n || !PyList_Check(roots) || n >= L->stride) {
+    R->norder = PyList_Check(order) ? PyList_GET_SIZE(order) : -1; /* (linked: a byte more when there is none) */
+    if (PyBytes_GET_SIZE(queue) != n || !PyList_Check(roots) || n >= L->stride || R->norder < 0 ||
+        PyBytes_GET_SIZE(linked) != (R->norder ? R->norder : 1) || PyBytes_AS_STRING(linked)[R->norder ? R->norder - 1 : 0]) {
         *bad = 1;
         return 0;
     }
+    R->linked = (const uint8_t *)PyBytes_AS_STRING(linked); /* (the Program that owns it outlives the loop) */
     /* Lists shared by ranks of one structure (or one role) are converted once (field 0: a
        count or a time, 1: a position or -1, -2, 2: a position). */
     const int64_t *durations = shared_int64s(L, dur, 0, n, 0, TIME_LIMIT, bad);
     const int64_t *nexts = durations ? shared_int64s(L, next_of, 1, n, -2, n, bad) : NULL;
     const int64_t *counts = nexts ? shared_int64s(L, ndeps, 0, n, 0, INT32_MAX, bad) : NULL;
     if (!counts) return *bad ? 0 : -1;
+    R->ndeps = counts;
+    if (!(R->order = shared_int64s(L, order, 2, R->norder, 0, n, bad))) return *bad ? 0 : -1;
     if (prio != Py_None) {
         if (!(R->prio = shared_int64s(L, prio, 2, n, 0, n, bad))) return *bad ? 0 : -1;
         if (!(R->by_prio = shared_int64s(L, by_prio, 2, n, 0, n, bad))) return *bad ? 0 : -1;

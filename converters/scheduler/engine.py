@@ -37,7 +37,7 @@ end together under one entry). tests/test_scheduler_tables.py checks each form a
 plain per-node rule.
 
 The loop in C (`_loop.c`, built by setup.py where a compiler is) follows `Engine._python_run`
-node by node, the plain rule the runs above reproduce; what needs Python (groups, costs, channel
+step for step, runs of compute nodes included; what needs Python (groups, costs, channel
 keys) is looked up before it runs, once per distinct collective and per send or receive
 (`_talk_tables`), and handed over one rank at a time (`_native_inputs`); the loop adds
 up what the summary needs (merged communication stretches, traffic per group and type). It
@@ -475,7 +475,8 @@ class Engine:
             firsts.append(first)
             ascending = prog.ascending
             yield (prog.types, prog.queue, prog.durations, prog.ndeps, prog.next_of, prog.more,
-                   None if ascending else prog.prio, None if ascending else prog.by_prio, prog.roots(), *talk)
+                   None if ascending else prog.prio, None if ascending else prog.by_prio, prog.compute_order,
+                   prog.linked, prog.roots(), *talk)
 
     def _talk_tables(self, r: int, prog: Program, groups: dict, channels: dict) -> tuple[tuple[list, ...], list[int]]:
         """Position r's communication nodes, and for each a row of what the Python loop looks up
