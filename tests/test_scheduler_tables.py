@@ -86,7 +86,7 @@ def test_program_tables_are_the_per_node_ones(seed):
     order = [i for i in prog.by_prio if prog.types[i] == T_COMPUTE]
     assert prog.compute_order == order
     linked = [dependents[a] == [b] and ndeps[b] == 1 for a, b in zip(order, order[1:])] + [False]
-    assert list(prog.linked) == linked
+    assert list(prog.links()) == linked
 
 
 def _structure(prog: Program) -> dict:

@@ -179,7 +179,6 @@ typedef struct {
     PyObject **more;               /* borrowed lists where next is SEVERAL */
     const int64_t *ndeps;          /* shared: each node's dependencies (engine.Program.ndeps) */
     const int64_t *order;          /* shared: compute nodes in issue order (Program.compute_order) */
-    const uint8_t *linked;         /* borrowed: place c + 1 continues the run at c (Program.linked) */
     Py_ssize_t norder, first;      /* compute nodes; place in order of the first not started */
     int64_t *talk, *klass, *bytes; /* communication nodes' positions, traffic classes, sizes */
     Py_ssize_t ntalk, nklass;
@@ -367,7 +366,10 @@ static inline void take_stream_cause(Loop *L, Py_ssize_t r, Rank *R, Py_ssize_t 
 static Py_ssize_t run_compute(Loop *L, Py_ssize_t r, Rank *R, Py_ssize_t c, Py_ssize_t i, int64_t *end) {
     const int64_t *order = R->order;
     Py_ssize_t last = c;
-    while (R->linked[last]) last++; /* (the last place is never linked) */
+    /* the next place continues the run: its node is the only dependent of this one, and this
+       its only dependency (Program.links) */
+    while (last + 1 < R->norder && R->node[order[last]].next == order[last + 1] && R->ndeps[order[last + 1]] == 1)
+        last++;
     if (last > c) { /* the run's last node may not ready a node of several dependencies */
         Py_ssize_t j = (Py_ssize_t)order[last];
         int64_t k = R->node[j].next;
@@ -707,22 +709,18 @@ out:
     return rc;
 }
 
-/* (types, queue, durations, ndeps, next_of, more, prio, by_prio, compute_order, linked, roots, talk, index,
-   rows) */
+/* (types, queue, durations, ndeps, next_of, more, prio, by_prio, compute_order, roots, talk, index, rows) */
 static int load_rank(Loop *L, Rank *R, PyObject *spec, int *bad, int64_t *total) {
-    PyObject *types, *queue, *dur, *ndeps, *next_of, *more, *prio, *by_prio, *order, *linked, *roots, *talk, *index,
-        *rows;
-    if (!PyArg_ParseTuple(spec, "SSOOOO!OOOSOOOO", &types, &queue, &dur, &ndeps, &next_of, &PyDict_Type, &more,
-                          &prio, &by_prio, &order, &linked, &roots, &talk, &index, &rows))
+    PyObject *types, *queue, *dur, *ndeps, *next_of, *more, *prio, *by_prio, *order, *roots, *talk, *index, *rows;
+    if (!PyArg_ParseTuple(spec, "SSOOOO!OOOOOOO", &types, &queue, &dur, &ndeps, &next_of, &PyDict_Type, &more,
+                          &prio, &by_prio, &order, &roots, &talk, &index, &rows))
         return -1;
     Py_ssize_t n = R->n = PyBytes_GET_SIZE(types);
-    R->norder = PyList_Check(order) ? PyList_GET_SIZE(order) : -1; /* (linked: a byte more when there is none) */
-    if (PyBytes_GET_SIZE(queue) != n || !PyList_Check(roots) || n >= L->stride || R->norder < 0 ||
-        PyBytes_GET_SIZE(linked) != (R->norder ? R->norder : 1) || PyBytes_AS_STRING(linked)[R->norder ? R->norder - 1 : 0]) {
+    R->norder = PyList_Check(order) ? PyList_GET_SIZE(order) : -1;
+    if (PyBytes_GET_SIZE(queue) != n || !PyList_Check(roots) || n >= L->stride || R->norder < 0) {
         *bad = 1;
         return 0;
     }
-    R->linked = (const uint8_t *)PyBytes_AS_STRING(linked); /* (the Program that owns it outlives the loop) */
     /* Lists shared by ranks of one structure (or one role) are converted once (field 0: a
        count or a time, 1: a position or -1, -2, 2: a position). */
     const int64_t *durations = shared_int64s(L, dur, 0, n, 0, TIME_LIMIT, bad);

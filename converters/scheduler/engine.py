@@ -200,7 +200,7 @@ class Program:
     def _find_runs(self) -> None:
         """Runs of compute nodes that, once the first starts, run back to back.
 
-        `compute_order` lists the compute nodes in issue order; `linked[c]` says the node at
+        `compute_order` lists the compute nodes in issue order; `links()[c]` says the node at
         place c + 1 continues the node at place c: its only dependency is that node and it is
         that node's only dependent. When a run's first node starts and every compute node before it in issue
         order has started, nothing else can take the compute stream until the run ends (every
@@ -213,16 +213,22 @@ class Program:
             order = indices(types, IS_COMPUTE)
         else:
             order = [i for i in self.by_prio if types[i] == T_COMPUTE]
-        ndeps, next_of = self.ndeps, self.next_of
         self.compute_order = order
-        # One byte per place, so that a run's end is found by `bytes.find` (memchr).
-        self.linked = bytes([next_of[a] == b and ndeps[b] == 1 for a, b in zip(order, order[1:])] + [False])
+        self.linked = None  # (made when the Python loop first needs it: the C loop reads the links itself)
+
+    def links(self) -> bytes:
+        """One byte per place in `compute_order`: 1 where the next place continues the run, so
+        that a run's end is found by `bytes.find` (memchr). The last place is never linked."""
+        if self.linked is None:
+            order, ndeps, next_of = self.compute_order, self.ndeps, self.next_of
+            self.linked = bytes([next_of[a] == b and ndeps[b] == 1 for a, b in zip(order, order[1:])] + [False])
+        return self.linked
 
     def run_from(self, place: int) -> int:
         """The last place of the run that starts at `place`. The last node kept must have no
         dependent with several dependencies (whose cause depends on the order of events at one
         time), else the run stops one node earlier."""
-        end = self.linked.find(0, place)
+        end = self.links().find(0, place)
         if end > place:
             j = self.compute_order[end]
             k = self.next_of[j]
@@ -476,7 +482,7 @@ class Engine:
             ascending = prog.ascending
             yield (prog.types, prog.queue, prog.durations, prog.ndeps, prog.next_of, prog.more,
                    None if ascending else prog.prio, None if ascending else prog.by_prio, prog.compute_order,
-                   prog.linked, prog.roots(), *talk)
+                   prog.roots(), *talk)
 
     def _talk_tables(self, r: int, prog: Program, groups: dict, channels: dict) -> tuple[tuple[list, ...], list[int]]:
         """Position r's communication nodes, and for each a row of what the Python loop looks up
