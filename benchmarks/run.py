@@ -279,7 +279,8 @@ def _reported(script: str, *args) -> dict:
 def bench_long_set(work: Path, runs: int) -> None:
     """The issue's set with 512 microbatches (16 logs, about 184 MB): memory of the whole process
     tree (benchmarks/tree_memory.py) when the workers keep their first 32 MB of logs and build
-    the others again for each step (per_rank.LetGo, the default), and when they keep them all."""
+    the others again for each step (per_rank.LetGo, the default), and when they keep them all;
+    then to Chakra (whose workers keep none of them: per_rank.files_to_hold)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from helpers.megatron_synth import write_run
 
@@ -293,11 +294,22 @@ def bench_long_set(work: Path, runs: int) -> None:
         script = ("import sys; from converters.builders import per_rank; from converters.cli import main; "
                   + (f"per_rank.HOLD_BYTES_PER_WORKER = {budget}; " if budget else "")
                   + f"sys.argv = ['et-convert', {str(work / 'set184')!r}, '-q', '-o', {str(work / 'set184.json')!r}]; main()")
-        found = [tree_memory(sys.executable, "-c", script) for _ in range(runs)]
-        seconds = statistics.median(f["seconds"] for f in found)
-        print(f"   {label:34}: {seconds:6.2f} s  {size / 1e6 / seconds:5.1f} MB/s   "
-              f"{statistics.median(f['tree_pss_mb'] for f in found):5.0f} MB together (PSS), "
-              f"the largest process {statistics.median(f['largest_rss_mb'] for f in found):4.0f} MB RSS")
+        print_tree(label, [tree_memory(sys.executable, "-c", script) for _ in range(runs)], size)
+    # -> Chakra: the workers write the rank files, this process checks every rank's skeleton
+    out, found = work / "set184_chakra", []
+    for _ in range(runs):
+        shutil.rmtree(out, ignore_errors=True)
+        found.append(tree_memory(str(BIN / "et-convert"), str(work / "set184"), "-q", "--to", "chakra",
+                                 "-o", str(out / "workload")))
+    print_tree("-> Chakra (default)", found, size)
+
+
+def print_tree(label: str, found: list[dict], size: int) -> None:
+    """The medians of `tree_memory`'s runs of one command on `size` bytes of input."""
+    seconds = statistics.median(f["seconds"] for f in found)
+    print(f"   {label:34}: {seconds:6.2f} s  {size / 1e6 / seconds:5.1f} MB/s   "
+          f"{statistics.median(f['tree_pss_mb'] for f in found):5.0f} MB together (PSS), "
+          f"the largest process {statistics.median(f['largest_rss_mb'] for f in found):4.0f} MB RSS")
 
 
 def tree_memory(*command) -> dict:

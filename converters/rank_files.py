@@ -1,7 +1,7 @@
 """A Chakra set from per-rank inputs, written where the ranks were built (--jobs, --cluster, or 32 MB of input).
 
-The workers (`builders/per_rank.py`) build their files' ranks and keep them (or build them again
-for each step, past a budget: `per_rank.LetGo`); this process joins
+The workers (`builders/per_rank.py`) build their files' ranks and keep them (or, past a budget,
+none of them: each is built again for each step, `per_rank.LetGo`); this process joins
 only what crosses ranks (the format's `join`: groups, assumptions, where sends start) and the
 workers finish their ranks with it. The checks of `converters.api.write` are split by what
 they need:
@@ -61,7 +61,8 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
     communication skeleton when the workers wrote the files). `finish_read(trace)` does what
     `api.read` does after a load, but the one-member-collective pass (done on the workers);
     `finish_read.workers_started()` is called once the workers run (`api._AfterWorkersLoad`)."""
-    with per_rank.start_workers(fmt, paths, options, streaming=True) as workers:
+    # (a clean set's ranks are built twice, checked then written: the workers keep every file or none)
+    with per_rank.start_workers(fmt, paths, options, streaming=True, all_or_none=True) as workers:
         finish_read.workers_started()
         with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
             trace = workers.keep_parts(diagnostics).trace

@@ -332,6 +332,30 @@ def test_a_worker_holds_its_files_while_they_fit_and_never_lets_go_of_just_one()
     assert per_rank.files_to_hold([10, 10, 10], 20) == [True, True, True]
     assert per_rank.files_to_hold([100], 0) == [True]
     assert per_rank.files_to_hold([], 0) == []
+    # all or none: a Chakra set's workers (rank_files.py)
+    assert per_rank.files_to_hold([10, 10, 10, 10], 20, all_or_none=True) == [False] * 4
+    assert per_rank.files_to_hold([10, 10, 10], 30, all_or_none=True) == [True] * 3
+    assert per_rank.files_to_hold([10, 10, 10], 20, all_or_none=True) == [True] * 3  # (never just one let go)
+
+
+def test_the_workers_of_a_chakra_set_keep_every_file_or_none_and_write_the_local_bytes(tmp_path, monkeypatch):
+    """A budget of about two of a worker's four logs: a timeline's workers keep two, a Chakra
+    set's none (its ranks are built only twice); the set's bytes are the local run's."""
+    paths = clean_logs(tmp_path)
+    local = etc.convert(paths, tmp_path / "here" / "w", to="chakra", diagnostics=Diagnostics(), jobs=1)
+    holds = []
+    spied = per_rank.files_to_hold
+    monkeypatch.setattr(per_rank, "files_to_hold", lambda *args, **kw: holds.append(spied(*args, **kw)) or holds[-1])
+    two = sum(sorted(p.stat().st_size for p in paths)[-2:])
+    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", two)
+    monkeypatch.setattr(per_rank, "available_memory", lambda: 1 << 40)  # (not short of memory)
+    etc.convert(paths, tmp_path / "t.json", diagnostics=Diagnostics(), jobs=2)
+    assert holds == [[True, True, False, False]] * 2
+    holds.clear()
+    there = etc.convert(paths, tmp_path / "there" / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
+    assert holds == [[False] * 4] * 2
+    assert there.metadata == local.metadata
+    assert outputs(tmp_path / "there") == outputs(tmp_path / "here")
 
 
 def test_a_format_that_reads_its_files_again_keeps_a_share_of_the_memory():
@@ -462,6 +486,12 @@ def test_a_cluster_lets_go_of_a_share_when_its_workers_memory_is_short_not_this_
     assert cluster.DaskWorkers._hold(dask, units, [{"memory_limit": 0}] * 2, True) == [False, False]
     monkeypatch.setattr(per_rank, "available_memory", lambda: 1 << 30)
     assert cluster.DaskWorkers._hold(dask, units, [{"memory_limit": 0}] * 2, True) == [True, True]
+    # a Chakra set's: every file or none (per_rank.files_to_hold)
+    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 1000)  # 2 workers: 2 of the 4 files
+    logs = [per_rank.Unit(log, None)] * 4
+    four = SimpleNamespace(fmt=megatron.MEGATRON, paths=[log] * 4)
+    assert cluster.DaskWorkers._hold(four, logs, [{"memory_limit": 0}] * 2, True) == [True, True, False, False]
+    assert cluster.DaskWorkers._hold(four, logs, [{"memory_limit": 0}] * 2, True, all_or_none=True) == [False] * 4
 
 
 class _Watched:

@@ -30,7 +30,7 @@ class DaskWorkers(per_rank.Workers):
     a step maps over those futures, so it runs where the state is, and only its results (small,
     or what the caller asks for) come here."""
 
-    def __init__(self, fmt, paths: list[Path], options: Options, streaming: bool = False):
+    def __init__(self, fmt, paths: list[Path], options: Options, streaming: bool = False, all_or_none: bool = False):
         self.fmt, self.options = fmt, options
         self.client = connect(options.cluster)
         workers = list(self.client.scheduler_info()["workers"].values())
@@ -39,11 +39,13 @@ class DaskWorkers(per_rank.Workers):
         count = len(units)
         remote = [per_rank.Unit(unit.path.resolve(), unit.share) for unit in units]  # workers elsewhere open these
         self.state = self.client.map(_gc_paused, [per_rank.surveyed] * count, [fmt] * count, remote, [options] * count,
-                                     [str(p) for p in self.paths], self._hold(units, workers, streaming), pure=False)
+                                     [str(p) for p in self.paths], self._hold(units, workers, streaming, all_or_none),
+                                     pure=False)
 
-    def _hold(self, units: list, workers: list, streaming: bool) -> list[bool]:
+    def _hold(self, units: list, workers: list, streaming: bool, all_or_none: bool = False) -> list[bool]:
         """Which files keep their parts: Dask chooses the worker of each, so the files in the
-        order given while they fit in every worker's budget together."""
+        order given while they fit in every worker's budget together (`all_or_none`: as
+        per_rank.files_to_hold says)."""
         if not streaming:
             return [True] * len(units)
         memory = min((worker.get("memory_limit") or 0 for worker in workers), default=0)  # 0: no limit known
@@ -52,7 +54,7 @@ class DaskWorkers(per_rank.Workers):
         budget = per_rank.hold_budget(self.fmt, memory, per_rank.too_big_for_one_process(paths, memory or None))
         alone = per_rank.let_go_alone(units, paths, memory or None)
         return per_rank.files_to_hold([per_rank.unit_bytes(unit) for unit in units], budget * max(1, len(workers)),
-                                      alone)
+                                      alone, all_or_none)
 
     def surveys(self) -> list:
         small = self.client.map(per_rank.without_records, self.state, pure=False)
