@@ -2,8 +2,8 @@
 
    engine.py's Python loop is the specification; this file follows it step for step (release,
    issue, a run of compute nodes set at once, a collective's instance, a send meeting its
-   receive) so that every start, end and
-   cause is the same to the nanosecond, and tests/test_scheduler_c.py holds the two together.
+   receive) so that every start, end and cause is the same to the nanosecond, and
+   tests/test_scheduler_c.py holds the two together.
    What needs Python (groups, the network's costs, channel keys) is worked out by
    Engine._talk_tables before the loop: rows of (group or channel, issuers needed, cost,
    traffic class, bytes), and the row of each communication node (collectives alike share one:
