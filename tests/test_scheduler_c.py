@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import random
 import shutil
-from contextlib import contextmanager
 import sysconfig
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,10 +28,10 @@ from converters.diagnostics import Diagnostics, InputError
 from converters.model import CollType, ExecutionTrace, NodeKind, Rank
 from converters.positions import positions
 from converters.scheduler import Deadlock, load_network, network_for
+from converters.scheduler import summary as summary_module
 from converters.scheduler.engine import IS_TALK, Engine, _loop, indices
 from converters.scheduler.network import Network
 from converters.scheduler.quotient import find_quotient
-from converters.scheduler import summary as summary_module
 from converters.scheduler.summary import _credit_path, _merge, critical_path, summarize
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -260,7 +260,8 @@ def test_random_graphs_schedule_or_stall_the_same(seed, in_step):
 def test_runs_of_compute_give_the_node_by_node_schedule(seed):
     """Random graphs on which the Python loop's runs of compute nodes once gave other causes,
     and on three of them other starts and ends, than node by node (a run ending in a node of no
-    duration released it in the batch that started it): the C loop goes node by node."""
+    duration released it in the batch that started it): both loops, which set runs the same way,
+    give the node-by-node schedule."""
     trace = _finishing_trace(seed)
     node_by_node = Engine(trace, _net(), runs=False).run()
     assert Engine(trace, _net(), native=False).run() == node_by_node
