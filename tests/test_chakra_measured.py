@@ -18,7 +18,8 @@ from test_chakra_head import node_messages
 
 from converters._proto import et_def_pb2 as pb
 from converters._proto.wire import varint
-from converters.diagnostics import InputError
+from converters.diagnostics import Diagnostics, InputError
+from converters.options import Options
 from converters.readers import chakra
 from converters.readers.chakra import NodeDecoder
 
@@ -38,8 +39,9 @@ def plain_node(node_id: int, start: int, group: str = "3", duration: int = 5) ->
 
 def read_both_ways(files: list[bytes], monkeypatch) -> tuple:
     """What the reader gives for these rank files: (nodes per rank, which ranks share a list,
-    maps, non-canonical count) or the first error's text."""
-    decoder = NodeDecoder()
+    maps, non-canonical count) or the first error's text. (The facts a set declared measured
+    gives its nodes are for `load` to give: see the tests at the end.)"""
+    decoder = NodeDecoder(give_facts=False)
     try:
         ranks = [chakra.read_rank(Path(f"w.{i}.et"), i, data, decoder) for i, data in enumerate(files)]
     except InputError as e:
@@ -159,3 +161,80 @@ def test_a_long_measured_message_with_a_new_tail_is_read_once_and_the_loop_goes_
         assert read_both_ways(files, m) == fast
     assert [(n.id, n.start_ns) for n in fast[0][0]] == [(i, (100 + i) * 1000) for i in range(9)]
     assert fast[0][0][3].inputs[0] == "x" * 20_000
+
+
+# -- a set of ours declared measured: its templates give the nodes their facts -----------------
+
+FACTS = st.one_of(  # what decide_timing takes back, in the kinds the writer gives them and others
+    st.builds(lambda v: pb.AttributeProto(name="parent", int64_val=v), st.integers(0, 40)),
+    st.builds(lambda v: pb.AttributeProto(name="parent", string_val=v), st.sampled_from(["3", "x"])),
+    st.builds(lambda v: pb.AttributeProto(name="stream", string_val=v), st.sampled_from(["", "cpu", "stream 7"])),
+    st.builds(lambda v: pb.AttributeProto(name="wait_ns", int64_val=v), st.integers(0, 1 << 40)),
+    st.builds(lambda v: pb.AttributeProto(name="fused", string_val=v), st.sampled_from(["send_forward_recv_backward"])),
+    st.builds(lambda v: pb.AttributeProto(name="pg_name", string_val=v), st.sampled_from(["1", "2"])),
+)
+
+
+def declared_metadata(declared: bool) -> bytes:
+    said = [pb.AttributeProto(name="timing", string_val="measured"), pb.AttributeProto(name="time_origin_ns", int64_val=7)]
+    return pb.GlobalMetadata(version="0.0.4", attr=said if declared else []).SerializeToString()
+
+
+@st.composite
+def measured_files(draw) -> list[tuple[bool, list[bytes]]]:
+    """Ranks' (declared, node messages): measured starts (the first may be at 0, left out)."""
+    ranks = []
+    for _ in range(draw(st.integers(1, 3))):
+        messages = [pb.Node(id=i, name=f"n{i % 3}", type=draw(st.sampled_from([4, 5, 6, 7])),
+                            data_deps=[i - 1] if i else [], start_time_micros=draw(st.integers(0, 3)) and 100 + i,
+                            duration_micros=draw(st.integers(0, 9)),
+                            attr=draw(st.lists(FACTS, max_size=4))).SerializeToString()
+                    for i in range(draw(st.integers(0, 12)))]
+        ranks.append((draw(st.booleans()) or draw(st.booleans()), messages))
+    return ranks
+
+
+def loaded(folder: Path, ranks: list[tuple[bool, list[bytes]]]) -> tuple:
+    for r, (declared, messages) in enumerate(ranks):
+        (folder / f"w.{r}.et").write_bytes(b"".join(varint(len(m)) + m for m in [declared_metadata(declared), *messages]))
+    trace = chakra.load(sorted(folder.glob("w.*.et")), Options(), Diagnostics())
+    return trace.timing, trace.time_origin_ns, [rank.nodes for rank in trace.ranks.values()]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ranks=measured_files())
+def test_a_measured_set_loads_alike_by_both_routes(ranks, tmp_path_factory, monkeypatch):
+    """The measured route's templates give a set declared measured by every rank its nodes'
+    parent, stream and kept args, and decide_timing visits only the other nodes; a set some
+    rank does not declare so is read again without. Either way as the recipe route, which
+    decide_timing visits node by node."""
+    fast = loaded(tmp_path_factory.mktemp("fast"), ranks)
+    with monkeypatch.context() as m:
+        recipe_route_only(m)
+        slow = loaded(tmp_path_factory.mktemp("slow"), ranks)
+    assert fast == slow
+
+
+def test_only_the_nodes_no_template_made_are_visited_and_a_mixed_set_is_read_without_facts(tmp_path, monkeypatch):
+    def node(i: int, start: int) -> bytes:
+        return pb.Node(id=i, name="recv", type=6, start_time_micros=start, duration_micros=2,
+                       attr=[pb.AttributeProto(name="parent", int64_val=0),
+                             pb.AttributeProto(name="wait_ns", int64_val=5)]).SerializeToString()
+
+    messages = [node(0, 0)] + [node(i, 100 + i) for i in range(1, 30)]
+    visited, decoders = [], []
+    decide, init = chakra.decide_timing, NodeDecoder.__init__
+    monkeypatch.setattr(chakra, "decide_timing", lambda trace, pending=None: visited.append(
+        sum(map(len, pending))) or decide(trace, pending))
+    monkeypatch.setattr(NodeDecoder, "__init__", lambda self, **kw: decoders.append(kw) or init(self, **kw))
+    timing, _, (nodes, other) = loaded(tmp_path, [(True, messages), (True, messages)])
+    assert (timing, visited, decoders) == ("measured", [2], [{}])  # each rank's first node: no start time
+    assert [(n.start_ns, n.parent, n.args) for n in nodes[:2]] == [(0, 0, {"wait_ns": 5}), (101_000, 0, {"wait_ns": 5})]
+    assert nodes[1].args is not nodes[2].args is not other[2].args  # each node its own
+    visited.clear(), decoders.clear()
+    timing, _, (nodes, other) = loaded(tmp_path, [(True, messages), (False, messages)])
+    assert (timing, visited, decoders) == ("none", [2], [{}, {"give_facts": False}])
+    assert [(n.start_ns, n.parent, n.args) for n in nodes[:2]] == [(None, None, {}), (101_000, None, {})]
+    visited.clear(), decoders.clear()  # the first rank read does not declare it: no template gives facts
+    assert loaded(tmp_path, [(False, messages), (True, messages)]) == (timing, 0, [nodes, other])
+    assert (visited, decoders) == ([2], [{}])

@@ -240,6 +240,25 @@ def test_edges_of_the_loop():
         c_measured_nodes(data, -1, {}, templates, Node, {}, [])
 
 
+@needs_c
+def test_a_template_with_args_gives_each_node_a_copy():
+    """A tail with the attributes decide_timing takes back gives its template the node's args
+    (NodeDecoder.give_facts): each node gets its own copy, in either loop."""
+    bodies = [pb.Node(id=i, name="recv", type=6, start_time_micros=10 + i, duration_micros=i + 1,
+                      attr=[pb.AttributeProto(name="parent", int64_val=0), pb.AttributeProto(name="wait_ns", int64_val=5),
+                            pb.AttributeProto(name="stream", string_val="pp")]).SerializeToString() for i in range(4)]
+    templates = learnt(bodies)
+    (template,) = templates.values()
+    data = b"".join(varint(len(body)) + body for body in bodies)
+    python, c = both_loops(data, 0, templates)
+    assert c == python and len(c[1]) == 4
+    assert [(n.parent, n.stream, n.args) for n in c[1]] == [(0, "pp", {"wait_ns": 5})] * 4
+    args = [n.args for n in c[1]] + [template[wire.MEASURED_ARG_POSITIONS["args"]]]
+    assert len({id(a) for a in args}) == 5  # the template's own and one per node
+    c[1][0].args["x"] = 1
+    assert c[1][1].args == template[wire.MEASURED_ARG_POSITIONS["args"]] == {"wait_ns": 5}
+
+
 # -- Nodes made by filling their slots ---------------------------------------------------------
 
 

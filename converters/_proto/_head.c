@@ -404,7 +404,9 @@ static int measured_node(const uint8_t *body, Py_ssize_t size, PyObject *known, 
         PySequence_List(h.data_deps ? h.data_deps : empty_tuple),
         PySequence_List(h.ctrl_deps ? h.ctrl_deps : empty_tuple),
         nanoseconds(h.start),
-        PyDict_New(),
+        /* the template's args (a set et-convert wrote gives some nodes args back), each node its own */
+        PyDict_CheckExact(PyTuple_GET_ITEM(template, ARG_ARGS)) ? PyDict_Copy(PyTuple_GET_ITEM(template, ARG_ARGS))
+                                                                : PyDict_New(),
     };
     Py_CLEAR(h.ctrl_deps);
     Py_CLEAR(h.data_deps);

@@ -353,9 +353,9 @@ def measured_key(node_type: int, tail: bytes) -> tuple[tuple[int, bytes], int]:
 def measured_node(body: bytes, known: dict, args_of: dict, make: Callable) -> Any:
     """make(*arguments) of a Node message with a measured start time: its tail's template
     (`args_of[measured_key]`, a Node's positional arguments) with what the message gives put in
-    (MEASURED_ARG_POSITIONS: id, name, duration, fresh lists of the dependencies, start_ns, a
-    fresh args dict); None when the head is unusual, has no start time, or its tail has no
-    template (missing or None)."""
+    (MEASURED_ARG_POSITIONS: id, name, duration, fresh lists of the dependencies, start_ns, and
+    args: a copy of the template's when it holds a dict, else a fresh one); None when the head
+    is unusual, has no start time, or its tail has no template (missing or None)."""
     head = node_head(body, known)
     if head is None or not head[5]:
         return None
@@ -366,7 +366,9 @@ def measured_node(body: bytes, known: dict, args_of: dict, make: Callable) -> An
     node_id, name, _, ctrl_deps, data_deps, start, _ = head
     arguments = list(template)
     arguments[0], arguments[1], arguments[3] = node_id, name, micros * 1000
-    arguments[4], arguments[5], arguments[11], arguments[16] = [*data_deps], [*ctrl_deps], start * 1000, {}
+    args = arguments[16]
+    arguments[4], arguments[5], arguments[11] = [*data_deps], [*ctrl_deps], start * 1000
+    arguments[16] = dict(args) if type(args) is dict else {}
     return make(*arguments)
 
 

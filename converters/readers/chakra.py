@@ -140,26 +140,37 @@ def load(paths: list[Path], options: Options, diagnostics: Diagnostics) -> Execu
     trace.units = {"duration": "us (Chakra duration_micros)", "comm_size": "bytes"}
     trace.metadata["chakra.wire"] = True
     decoder = NodeDecoder()
-    # Files are read once each, in the order given, so the input's hash comes for free. The
-    # cyclic garbage collector is paused meanwhile: it would rescan the growing caches and
-    # nodes again and again, and nothing read here forms cycles.
-    digest = hashlib.sha256()
-    with paused_gc():
-        for rank_id, path in ranks_of(paths):
-            raw = read_bytes(path)
-            digest.update(raw)
-            trace.ranks[rank_id] = read_rank(path, rank_id, gunzipped(raw, path), decoder)
-    trace.ranks = dict(sorted(trace.ranks.items()))
-    trace.source.sha256 = digest.hexdigest()
+    read_ranks(trace, paths, decoder)
+    if decoder.facts_given and _declared_measured(trace) is None:
+        # the templates gave their nodes what only a set declared measured by every rank
+        # holds (a set mixing files of two runs, say): read it again without
+        decoder = NodeDecoder(give_facts=False)
+        read_ranks(trace, paths, decoder)
     if decoder.shared_ranks:
         diagnostics.note(f"chakra: {decoder.shared_ranks} ranks share the node list of a rank with the same graph")
     if decoder.noncanonical:
         trace.metadata["chakra.noncanonical"] = decoder.noncanonical
     read_groups(trace, paths)
     apply_our_metadata(trace)
-    decide_timing(trace)
+    decide_timing(trace, decoder.pending)
     apply_parallel_options(trace, options)
     return trace
+
+
+def read_ranks(trace: ExecutionTrace, paths: list[Path], decoder: "NodeDecoder") -> None:
+    """Every rank file into trace.ranks (in rank order) and the input's hash into trace.source."""
+    # Files are read once each, in the order given, so the input's hash comes for free. The
+    # cyclic garbage collector is paused meanwhile: it would rescan the growing caches and
+    # nodes again and again, and nothing read here forms cycles.
+    digest = hashlib.sha256()
+    ranks = {}
+    with paused_gc():
+        for rank_id, path in ranks_of(paths):
+            raw = read_bytes(path)
+            digest.update(raw)
+            ranks[rank_id] = read_rank(path, rank_id, gunzipped(raw, path), decoder)
+    trace.ranks = dict(sorted(ranks.items()))
+    trace.source.sha256 = digest.hexdigest()
 
 
 def apply_parallel_options(trace: ExecutionTrace, options: Options) -> None:
@@ -211,6 +222,8 @@ def read_rank(path: Path, rank_id: int, data: bytes, decoder: "NodeDecoder") -> 
         for offset, start, end in messages:
             rank.wire_metadata = decoder.metadata(data[start:end], path, offset)
             break
+        if _declared_by(rank) is None:
+            decoder.give_facts = False  # the set is not declared measured: its nodes keep their attributes only
         nodes_at = end
         fields = None
         if decoder.starts_measured(data, nodes_at):
@@ -220,6 +233,7 @@ def read_rank(path: Path, rank_id: int, data: bytes, decoder: "NodeDecoder") -> 
         else:
             fields = PER_RANK_FIELD.split(data[nodes_at:])
             if decoder.share_by_template(rank, fields):
+                decoder.pending.append(rank.nodes)
                 return rank
         recipes, starts = decoder.read_recipes(data, messages, nodes_at, path)
     except FramingError as e:
@@ -227,6 +241,7 @@ def read_rank(path: Path, rank_id: int, data: bytes, decoder: "NodeDecoder") -> 
     if not decoder.share(rank, recipes):
         build = decoder.build
         rank.nodes = [build(r) for r in recipes]
+    decoder.pending.append(rank.nodes)
     if fields is None:
         fields = PER_RANK_FIELD.split(data[nodes_at:])
     decoder.learn_template(rank, recipes, starts, fields)
@@ -295,7 +310,7 @@ class NodeDecoder:
     # (protobuf leaves a start of 0 out: a rank's first operations may show none)
     MEASURED_LOOKAHEAD = 8
 
-    def __init__(self):
+    def __init__(self, give_facts: bool = True):
         # message bytes -> (Node positional arguments, deps, ctrl_deps, shape id or None,
         # per-rank values, per-rank fields (start, end, role) or None)
         self.recipes: dict[bytes, tuple] = {}
@@ -316,6 +331,14 @@ class NodeDecoder:
         self.templates: dict[tuple[bytes, ...], Template] = {}  # pieces between per-rank fields -> template
         self.noncanonical = 0  # distinct messages (and metadata) protobuf would encode differently
         self.shared_ranks = 0
+        # Whether measured templates give their nodes what decide_timing gives the nodes of a set
+        # declared measured (_measured_facts: parent, stream, kept args), so that it need not
+        # visit them; off from the first rank whose metadata does not declare so. `facts_given`
+        # counts the templates that gave some (load reads the set again without them when a
+        # later rank does not declare it).
+        self.give_facts = give_facts
+        self.facts_given = 0
+        self.pending: list[list[Node]] = []  # the nodes not made from a measured template, for decide_timing
 
     # -- metadata --------------------------------------------------------------------------
 
@@ -437,7 +460,8 @@ class NodeDecoder:
         and the loop goes on after it.
         """
         nodes: list[Node] = []
-        pos, size, general = nodes_at, len(data), 0
+        built: list[Node] = []  # by the general route
+        pos, size = nodes_at, len(data)
         known, templates, names = self.dependencies, self.measured_templates, self.names
         while (pos := measured_nodes(data, pos, known, templates, Node, names, nodes)) < size:
             offset, start, end = next(frames(data, pos))
@@ -447,10 +471,13 @@ class NodeDecoder:
             node = measured_node(body, known, templates, Node)
             if node is None:
                 node = self.build(self.recipe(body, path, offset))
-                general += 1
+                built.append(node)
             nodes.append(node)
             pos = end
-        return nodes if general < len(nodes) else None
+        if len(built) == len(nodes):
+            return None
+        self.pending.append(built)
+        return nodes
 
     def learn_measured_template(self, body: bytes) -> bool:
         """Make the template of a measured message's tail if it has none yet; True when it made
@@ -468,7 +495,9 @@ class NodeDecoder:
     def measured_template(self, node_type: int, body_tail: bytes) -> tuple | None:
         """A Node's positional arguments for measured messages whose tails are this one but for
         their durations, as tail_of reads it; those each message gives are None
-        (wire.MEASURED_ARG_POSITIONS). None when recipe_by_head would not read such messages."""
+        (wire.MEASURED_ARG_POSITIONS), but for `args` when the tail gives facts (give_facts:
+        then parent, stream and args are decide_timing's). None when recipe_by_head would not
+        read such messages."""
         # (not through kind_and_tail's caches: a measured message's new tail is seldom seen again)
         kind = NODE_KINDS.get(node_type)
         found = None if kind is None else self.decoded_tail(node_type, kind, body_tail)
@@ -478,6 +507,14 @@ class NodeDecoder:
         arguments = [None, None, kind, *between, None, *after]
         for position in MEASURED_ARG_POSITIONS.values():
             arguments[position] = None
+        attrs = arguments[_ATTRS_AT]
+        if self.give_facts and attrs:
+            parent, stream, kept = _measured_facts(attrs)
+            if parent is not None or stream is not None or kept:
+                self.facts_given += 1
+                arguments[_PARENT_AT] = arguments[_PARENT_AT] if parent is None else parent
+                arguments[_STREAM_AT] = arguments[_STREAM_AT] if stream is None else stream
+                arguments[MEASURED_ARG_POSITIONS["args"]] = dict(kept)
         return tuple(arguments)
 
     def starts_measured(self, data: bytes, nodes_at: int) -> bool:
@@ -726,6 +763,7 @@ _MADE_PER_NODE = tuple((f.name, f.default_factory) for f in dataclasses.fields(N
                        if f.default_factory is not dataclasses.MISSING and f.name not in ("deps", "ctrl_deps"))
 assert list(_NODE_DEFAULTS)[:3] == ["id", "name", "kind"]  # a tail's values go between kind and start_ns
 _START_AT = list(_NODE_DEFAULTS).index("start_ns")
+_ATTRS_AT, _PARENT_AT, _STREAM_AT = map(list(_NODE_DEFAULTS).index, ("attrs", "parent", "stream"))
 assert [name for name, _ in _MADE_PER_NODE] == ["args"]  # (measured_node makes `args` per node too)
 # read_measured_nodes' templates are Node's arguments by position, those each message gives put in by C
 assert {name: list(_NODE_DEFAULTS).index(name) for name in MEASURED_ARG_POSITIONS} == MEASURED_ARG_POSITIONS
@@ -937,7 +975,7 @@ def apply_our_metadata(trace: ExecutionTrace, where: Callable[[Rank, int], str] 
                     trace.assume(str(sentence))
 
 
-def decide_timing(trace: ExecutionTrace) -> None:
+def decide_timing(trace: ExecutionTrace, pending: list[list[Node]] | None = None) -> None:
     """Measured only when every node has a start time; Chakra usually carries durations only.
 
     protobuf leaves out a start of 0 µs, so the first op of a measured run reads as having
@@ -945,13 +983,18 @@ def decide_timing(trace: ExecutionTrace) -> None:
     (`timing`, `time_origin_ns`): there a node without a start time started at 0, and what
     its writer kept as attributes (`RankEncoder.node_attrs`: its step, `stream`, the args
     of `KEPT_ARGS`) is the node's again. Such a set reads back as measured: its `stats`,
-    checks and timelines are the run's, not a schedule's."""
+    checks and timelines are the run's, not a schedule's.
+
+    `pending`: the lists of nodes to visit, when the others already have a start time and what
+    this would give them (NodeDecoder.give_facts); None: every rank's."""
     ranks = trace.ranks.values()
+    if pending is None:
+        pending = [rank.nodes for rank in ranks]
     declared = _declared_measured(trace)
     if declared is not None:
         facts_of: dict[int, tuple] = {}  # id of an attrs list (nodes of one message tail share theirs) -> its facts
-        for rank in ranks:
-            for node in rank.nodes:
+        for nodes in pending:
+            for node in nodes:
                 if node.start_ns is None:
                     node.start_ns = 0
                 attrs = node.attrs
@@ -966,7 +1009,7 @@ def decide_timing(trace: ExecutionTrace) -> None:
                         node.stream = stream
                     if kept:
                         node.args.update(kept)  # (each node read has args of its own: NodeDecoder.build, measured_node)
-    if any(r.nodes for r in ranks) and all(n.start_ns is not None for r in ranks for n in r.nodes):
+    if any(r.nodes for r in ranks) and all(n.start_ns is not None for nodes in pending for n in nodes):
         trace.timing = "measured"
         if declared is not None:
             trace.time_origin_ns, scaling_mode = declared
@@ -989,9 +1032,17 @@ def _declared_measured(trace: ExecutionTrace) -> tuple[int, bool] | None:
     another tool's file), or the ranks disagree."""
     declared = set()
     for rank in trace.ranks.values():
-        said = {attr.name: attr.value for attr in rank.wire_metadata[1]} if rank.wire_metadata else {}
-        origin = said.get("time_origin_ns")
-        if said.get("timing") != "measured" or type(origin) is not int:
+        said = _declared_by(rank)
+        if said is None:
             return None
-        declared.add((origin, said.get("scaling_mode") is True))
+        declared.add(said)
     return declared.pop() if len(declared) == 1 else None
+
+
+def _declared_by(rank: Rank) -> tuple[int, bool] | None:
+    """(time origin, scaling mode) when this rank's et-convert metadata says its times are measured."""
+    said = {attr.name: attr.value for attr in rank.wire_metadata[1]} if rank.wire_metadata else {}
+    origin = said.get("time_origin_ns")
+    if said.get("timing") != "measured" or type(origin) is not int:
+        return None
+    return origin, said.get("scaling_mode") is True
