@@ -1,10 +1,12 @@
-"""The one part pyproject.toml cannot say: the optional C head reader of Chakra messages
-(converters/_proto/_head.c). Without a C compiler the install goes on without it and
-converters/_proto/wire.py reads heads in Python (same results, slower)."""
+"""The one part pyproject.toml cannot say: the optional C modules (the head reader of Chakra
+messages, converters/_proto/_head.c; the scheduler's event loop, converters/scheduler/_loop.c;
+the numbers of `stats` over a measured set's columns, converters/_stats.c). Without a C
+compiler the install goes on without them and Python does the same work (same results, slower)."""
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("converters._proto._head", ["converters/_proto/_head.c"], optional=True),
     Extension("converters.scheduler._loop", ["converters/scheduler/_loop.c"], optional=True),
+    Extension("converters._stats", ["converters/_stats.c"], optional=True),
 ])

@@ -252,6 +252,29 @@ class Rank:
 
 
 @dataclass(slots=True)
+class NodeColumns:
+    """One rank's nodes as columns instead of Nodes: what `stats` reads of every node of a
+    measured Chakra set (readers/chakra.load_measured_columns), without an object per node.
+    Native int64 arrays, index i = the rank's i-th node as `Rank.nodes` would hold it."""
+
+    start_ns: Any  # memoryview of int64 (format "q")
+    duration_ns: Any
+    parent: Any  # Node.parent; -1 for None
+    template: Any  # a row of MeasuredColumns.facts: what the node's message tail gives
+    offset: Any  # where the node's message (its length first) starts in its file: its name is read from there
+
+
+@dataclass(slots=True)
+class MeasuredColumns:
+    """A measured set's nodes as columns: `ranks` (rank -> NodeColumns) beside a model whose
+    ranks have no nodes, and `facts`, per template: (kind, size, group, Node.args' wait_ns or
+    0), as Node.kind, Node.size, Node.group and Node.args would hold them."""
+
+    ranks: dict[int, NodeColumns] = field(default_factory=dict)
+    facts: list[tuple[NodeKind, int, int | None, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class Parallel:
     """The job's parallel configuration, as far as the input says or the user told us."""
 

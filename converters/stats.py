@@ -36,9 +36,11 @@ def run(inputs: list[Path], from_: str, options: Options, diagnostics: Diagnosti
     # and forms no garbage worth collecting: with the cyclic GC on, it would rescan the nodes
     # again and again (0.4 s of CPU on benchmark 7's Chakra set, 2.0 s; same peak RSS).
     with paused_gc():
-        trace = read(inputs, from_, options, diagnostics)
-        timeline = timeline_for(trace, options)
-        stats = stats_of(trace, timeline)
+        stats = measured_set_stats(inputs, from_, options, diagnostics)
+        if stats is None:
+            trace = read(inputs, from_, options, diagnostics)
+            timeline = timeline_for(trace, options)
+            stats = stats_of(trace, timeline)
         if as_json:
             sys.stdout.write(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode() + "\n")
         else:
@@ -69,6 +71,130 @@ def stats_of(trace, timeline) -> dict[str, Any]:
         out["groups"] = traffic_by_group(trace, timeline, instances)
         out["slowest_collectives"] = slowest_collectives(trace, timeline, instances=instances)
     return out
+
+
+def measured_set_stats(inputs: list[Path], from_: str, options: Options, diagnostics: Diagnostics) -> dict | None:
+    """stats_of a Chakra set every rank of which declares measured times, from its nodes as
+    columns (readers/chakra.load_measured_columns) and their numbers in C (_stats.c), without
+    a Node per message: a measured run's set has a different graph on every rank. None for
+    any other input, or where either step declines (`run` then reads Nodes, with the same
+    numbers: tests/test_stats_columns.py)."""
+    if _numbers is None or from_ not in ("auto", "chakra"):
+        return None
+    from .api import _as_paths, _note_reading
+    from .diagnostics import InputError, UsageError
+    from .formats import detect
+    from .options import check
+    from .readers.chakra import load_measured_columns
+
+    try:
+        check(options)
+        paths = _as_paths(inputs)
+        if detect(paths) != "chakra":
+            return None
+    except (InputError, UsageError):
+        return None  # (said by `read`)
+    loaded = load_measured_columns(paths, options)
+    stats = None if loaded is None else columns_stats(*loaded)
+    if stats is not None:  # what api.read says of what it read
+        _note_reading(paths, "chakra", diagnostics)
+        diagnostics.list_assumptions(loaded[0].assumptions)
+    return stats
+
+
+try:  # the numbers over columns in C; without it `stats` reads Nodes
+    from ._stats import numbers as _numbers
+except ImportError:
+    _numbers = None
+
+_INT64 = range(-(1 << 63), 1 << 63)
+_OTHER, _BUSY, _TALK, _RECV = range(4)  # what a template's nodes are to the breakdown (as in _stats.c)
+
+
+def columns_stats(trace, found, limit: int = 5) -> dict[str, Any] | None:
+    """stats_of(trace, its measured timeline) of a measured set read as columns (`found`:
+    model.MeasuredColumns), its numbers from _stats.numbers; None when a value is beyond 64 bits."""
+    tables = _template_tables(trace, found.facts)
+    if tables is None:
+        return None
+    row_of, group_of = tables[-2:]
+    ranks = list(found.ranks)  # (ascending)
+    numbers = _numbers([(c.start_ns, c.duration_ns, c.parent, c.template) for c in found.ranks.values()],
+                       *tables[:5], len(row_of), len(group_of), limit)
+    if numbers is None:
+        return None
+    per_rank, traffic, per_group = numbers
+    comm = {label: dict(zip(("ops", "bytes", "busy_ns"), traffic[k])) for label, k in row_of.items() if traffic[k][0]}
+    out: dict[str, Any] = {
+        "iteration_time_ns": max((finish for finish, _, _ in per_rank), default=0),
+        "timing": "measured",
+        "world": len(trace.ranks),
+        "ranks": {str(r): {"finish_ns": finish, "compute_ns": compute, "exposed_comm_ns": exposed,
+                           "idle_ns": max(0, finish - compute - exposed)}
+                  for r, (finish, compute, exposed) in zip(ranks, per_rank)},
+        "comm": dict(sorted(comm.items())),
+        "critical_path": {},
+    }
+    gids = list(group_of)
+    labels = {gids[g]: trace.groups[gids[g]].label if gids[g] in trace.groups else "world" for _, g, *_ in per_group}
+    out["groups"] = by_group = {}  # traffic_by_group
+    for _, g, instances, size, span, _ in sorted(per_group, key=lambda met: gids[met[1]] or 0):
+        row = by_group.setdefault(labels[gids[g]], {"instances": 0, "bytes": 0, "span_ns": 0})
+        row["instances"] += instances
+        row["bytes"] += size
+        row["span_ns"] += span
+    candidates = [(negative, labels[gids[g]], k, r, i, wait, size)  # slowest_collectives'
+                  for _, g, _, _, _, best in per_group for negative, k, r, i, wait, size in best]
+    slowest = heapq.nsmallest(limit, candidates, key=itemgetter(0, 1, 2))
+    names = _names_of(trace, found, ranks, [(r, i) for _, _, _, r, i, _, _ in slowest])
+    out["slowest_collectives"] = [
+        {"group": label, "seq": k, "name": names[r, i], "bytes": size, "span_ns": -negative,
+         "last_rank": ranks[r], "wait_ns": wait, "source": ""}  # (a Chakra file's nodes name no source line)
+        for negative, label, k, r, i, wait, size in slowest]
+    return out
+
+
+def _template_tables(trace, facts: list[tuple]) -> tuple | None:
+    """_stats.numbers' per-template tables (codes, sizes, traffic rows, groups, waits), with the
+    traffic rows' labels and the collectives' group ids, each -> its number; None when a size
+    or a wait is beyond 64 bits."""
+    from array import array
+
+    from .model import NodeKind
+
+    codes, sizes, rows, groups, waits = bytearray(), array("q"), array("q"), array("q"), array("q")
+    row_of: dict[str, int] = {}  # traffic by group kind, as measured_summary names it
+    group_of: dict[Any, int] = {}  # group id (None: all ranks) of the collectives
+    for kind, size, gid, wait in facts:
+        if size not in _INT64 or wait not in _INT64:
+            return None
+        if kind in (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE):
+            code = _BUSY
+        else:
+            code = _RECV if kind == NodeKind.RECV else _TALK if kind in (NodeKind.SEND, NodeKind.COLLECTIVE) else _OTHER
+        label = (trace.group_kind(gid) if kind == NodeKind.COLLECTIVE else "pp") or "default"
+        codes.append(code)
+        sizes.append(size)
+        rows.append(row_of.setdefault(label, len(row_of)) if code == _TALK else -1)
+        groups.append(group_of.setdefault(gid, len(group_of)) if kind == NodeKind.COLLECTIVE else -1)
+        waits.append(wait)
+    return bytes(codes), sizes, rows, groups, waits, row_of, group_of
+
+
+def _names_of(trace, found, ranks: list[int], nodes: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """The names of these nodes ((position in `ranks`, node index)) of a set read as columns,
+    read again from their files (MeasuredColumns keeps where each message is, not its name)."""
+    from ._proto.wire import node_head, short_frame
+    from .readers.text import gunzipped, read_bytes
+
+    names = {}
+    for r in dict.fromkeys(r for r, _ in nodes):
+        path = Path(trace.ranks[ranks[r]].source)
+        data = gunzipped(read_bytes(path), path)
+        for i in (i for q, i in nodes if q == r):
+            start, end = short_frame(data, found.ranks[ranks[r]].offset[i])
+            names[r, i] = node_head(data[start:end], {})[1]
+    return names
 
 
 @dataclass(slots=True)

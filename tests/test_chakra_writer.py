@@ -215,10 +215,12 @@ KINDS = [NodeKind.COMPUTE, NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV, No
 
 
 @st.composite
-def models(draw):
+def models(draw, measured: bool | None = None, least_nodes: int = 0):
+    """Random models; `measured`: with a run's times (True), without (False) or either; each rank
+    has at least `least_nodes` nodes."""
     world = draw(st.integers(1, 3))
     trace = ExecutionTrace()
-    if draw(st.booleans()):  # a run's measured times (whole µs, as Chakra keeps them; the first at 0)
+    if draw(st.booleans()) if measured is None else measured:  # a run's measured times (whole µs, as Chakra keeps them; the first at 0)
         trace.timing, trace.time_origin_ns = "measured", draw(st.integers(0, 1 << 50))
         if draw(st.booleans()):  # a scaling-mode log's: no timeline across ranks
             trace.metadata["scaling_mode"] = True
@@ -226,7 +228,7 @@ def models(draw):
         trace.add_group("tp", members)
     for r in range(world):
         nodes = []
-        for i in range(draw(st.integers(0, 12))):
+        for i in range(draw(st.integers(least_nodes, 12))):
             kind = draw(st.sampled_from(KINDS))
             node = Node(i, draw(st.text(max_size=12)), kind,
                         duration_ns=1000 * draw(st.integers(1 if kind == NodeKind.COMPUTE else 0, 10**6)),

@@ -31,10 +31,11 @@ from test_chakra_head import node_messages
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 try:
+    from converters._proto._head import measured_columns as c_measured_columns
     from converters._proto._head import measured_nodes as c_measured_nodes
     from converters._proto._head import node_head as c_node_head
 except ImportError:
-    c_node_head = c_measured_nodes = None
+    c_node_head = c_measured_nodes = c_measured_columns = None
 
 needs_c = pytest.mark.skipif(c_node_head is None, reason="the C head reader was not built (no C compiler)")
 
@@ -257,6 +258,88 @@ def test_a_template_with_args_gives_each_node_a_copy():
     assert len({id(a) for a in args}) == 5  # the template's own and one per node
     c[1][0].args["x"] = 1
     assert c[1][1].args == template[wire.MEASURED_ARG_POSITIONS["args"]] == {"wait_ns": 5}
+
+
+# -- a measured file's nodes as columns ------------------------------------------------------
+
+
+def both_column_loops(data: bytes, pos: int, keys: dict) -> list[tuple]:
+    """(where it stopped and the key it stopped at, the five columns) of the Python loop and the C loop."""
+    out = []
+    for loop in (wire.python_measured_columns, c_measured_columns):
+        columns = [bytearray() for _ in wire.COLUMNS]
+        out.append((loop(data, pos, keys, *columns), columns))
+    return out
+
+
+def numbered_keys(data: bytes, forgotten: list[bool]) -> dict:
+    """The keys the Python loop stops at on `data`, numbered (some forgotten again)."""
+    keys: dict = {}
+    pos = 0
+    while (stop := wire.python_measured_columns(data, pos, keys, *(bytearray() for _ in wire.COLUMNS)))[1]:
+        keys[stop[1]] = len(keys)
+        pos = stop[0]
+    for key, forget in zip(list(keys), forgotten):
+        if forget:
+            del keys[key]
+    return keys
+
+
+PARENTS = st.one_of(  # the attribute the scan cuts out, and some it must not
+    st.builds(lambda v: pb.AttributeProto(name="parent", int64_val=v), st.integers(-1, 1 << 62)),
+    st.builds(lambda v: pb.AttributeProto(name="parent", int64_val=v, doc_string="d"), st.integers(0, 9)),
+    st.builds(lambda v: pb.AttributeProto(name="parent", int32_val=v), st.integers(0, 9)),
+    st.builds(lambda v: pb.AttributeProto(name="parents", int64_val=v), st.integers(0, 9)),
+)
+
+
+@st.composite
+def measured_bodies(draw) -> bytes:
+    """Node messages with start times and parents, or node_messages' bent ones."""
+    if draw(st.booleans()):
+        return draw(node_messages())
+    attrs = draw(st.lists(st.sampled_from([pb.AttributeProto(name="comm_type", int64_val=0),
+                                           pb.AttributeProto(name="pg_name", string_val="2"),
+                                           pb.AttributeProto(name="wait_ns", int64_val=7)]) | PARENTS, max_size=4))
+    return pb.Node(id=draw(st.integers(0, 300)), name=draw(st.sampled_from(["ar", "é", ""])), type=draw(st.integers(4, 7)),
+                   data_deps=draw(st.lists(st.integers(0, 1 << 40), max_size=3)),
+                   start_time_micros=draw(st.sampled_from([0, 5, (1 << 63) // 1000, 1 << 62])),
+                   duration_micros=draw(st.sampled_from([0, 3, (1 << 63) // 1000 + 1])), attr=attrs).SerializeToString()
+
+
+@needs_c
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(measured_bodies(), max_size=8), st.lists(st.booleans(), max_size=8), st.integers(0, 2))
+def test_the_column_loops_give_the_same_columns_and_stop(bodies, forgotten, cut):
+    data = b"".join(varint(len(body)) + body for body in bodies)
+    data = data[:len(data) - cut]
+    keys = numbered_keys(data, forgotten)
+    python, c = both_column_loops(data, 0, keys)
+    assert c == python
+
+
+@needs_c
+def test_the_column_loop_cuts_out_the_parent_and_keeps_the_rest():
+    def body(node_id: int, parent: int | None, start: int = 10, **extra) -> bytes:
+        attrs = [pb.AttributeProto(name="pg_name", string_val="2")]
+        if parent is not None:
+            attrs.append(pb.AttributeProto(name="parent", int64_val=parent))
+        return pb.Node(id=node_id, name="n", type=7, start_time_micros=start, duration_micros=3, attr=attrs,
+                       **extra).SerializeToString()
+
+    bodies = [body(1, None), body(2, 0), body(3, 300), body(4, 300, start=0), body(5, 1, inputs=pb.IOInfo(values="x"))]
+    framed = [varint(len(b)) + b for b in bodies]
+    data = b"".join(framed)
+    keys = numbered_keys(data, [])
+    (stop, key), columns = both_column_loops(data, 0, keys)[1]
+    assert len(keys) == 1 and stop == len(data) - len(framed[-1]) and key is None  # inputs: not taken
+    start, duration, parent, template, offset = (list(memoryview(c).cast("q")) for c in columns)
+    assert (start, duration, parent, template) == ([10_000] * 3 + [0], [3000] * 4, [-1, 0, 300, 300], [0] * 4)
+    assert offset == [sum(map(len, framed[:k])) for k in range(4)]
+    with pytest.raises(ValueError, match="negative"):
+        c_measured_columns(data, -1, keys, *columns)
+    with pytest.raises(TypeError):
+        c_measured_columns(data, 0, keys, bytearray())
 
 
 # -- Nodes made by filling their slots ---------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+#include <string.h>
 
 #define TAG_ID 0x08
 #define TAG_NAME 0x12
@@ -481,6 +482,219 @@ static PyObject *measured_nodes(PyObject *Py_UNUSED(module), PyObject *const *ar
     return PyLong_FromSsize_t(pos);
 }
 
+/* -- a measured file's nodes as columns (wire.python_measured_columns) ------------------------ */
+
+/* A head as read_head accepts it, read for its type and start only: nothing is made (a name is
+ * checked to be UTF-8, a dependency list to be packed varints). OK or REFUSED. */
+static int scan_head(const uint8_t *b, Py_ssize_t size, uint64_t *type, uint64_t *start, Py_ssize_t *tail_at)
+{
+    Py_ssize_t pos = 0;
+    uint64_t ignored;
+    *type = *start = 0;
+    if (pos < size && b[pos] == TAG_ID) {
+        pos += 1;
+        if (canonical_varint(b, size, &pos, &ignored) != OK)
+            return REFUSED;
+    }
+    if (pos < size && b[pos] == TAG_NAME) {
+        if (pos + 1 >= size)
+            return REFUSED;
+        Py_ssize_t length = b[pos + 1];
+        if (!(0 < length && length < 0x80) || pos + 2 + length > size)
+            return REFUSED;
+        const uint8_t *name = b + pos + 2;
+        int ascii = 1;
+        for (Py_ssize_t k = 0; k < length && ascii; k++)
+            ascii = name[k] < 0x80;
+        if (!ascii) {  /* rare: let Python's decoder say whether it is UTF-8 */
+            PyObject *text = PyUnicode_DecodeUTF8((const char *)name, length, NULL);
+            if (!text) {
+                PyErr_Clear();
+                return REFUSED;
+            }
+            Py_DECREF(text);
+        }
+        pos += 2 + length;
+    }
+    if (pos < size && b[pos] == TAG_TYPE) {
+        if (pos + 1 >= size || !(0 < b[pos + 1] && b[pos + 1] < 0x80))
+            return REFUSED;
+        *type = b[pos + 1];
+        pos += 2;
+    }
+    for (uint8_t tag = TAG_CTRL_DEPS; tag <= TAG_DATA_DEPS; tag += TAG_DATA_DEPS - TAG_CTRL_DEPS) {
+        if (!(pos < size && b[pos] == tag))
+            continue;
+        /* packed varints in a one-byte length, each in its shortest form (as `packed`) */
+        if (pos + 1 >= size || !(0 < b[pos + 1] && b[pos + 1] < 0x80) || pos + 2 + b[pos + 1] > size)
+            return REFUSED;
+        Py_ssize_t at = pos + 2, end = pos + 2 + b[pos + 1];
+        while (at < end) {
+            if (b[at] < 0x80)
+                at += 1;
+            else if (canonical_varint(b, end, &at, &ignored) != OK)
+                return REFUSED;
+        }
+        pos = end;
+    }
+    if (pos < size && b[pos] == TAG_START) {
+        pos += 1;
+        if (canonical_varint(b, size, &pos, start) != OK)
+            return REFUSED;
+    }
+    *tail_at = pos;
+    return OK;
+}
+
+#define TAG_ATTR 0x52
+static const uint8_t PARENT_ATTR[] = {0x0a, 0x06, 'p', 'a', 'r', 'e', 'n', 't', 0x48};
+
+/* wire.parent_value of the attribute b[0:size] (its tag and length included): 1 with *value
+ * set when it is exactly `parent` as an int64_val, else 0. */
+static int parent_value(const uint8_t *b, Py_ssize_t size, uint64_t *value)
+{
+    Py_ssize_t at = 2 + (Py_ssize_t)sizeof PARENT_ATTR;  /* the value */
+    if (size <= at || memcmp(b + 2, PARENT_ATTR, sizeof PARENT_ATTR) != 0)
+        return 0;
+    if (size == at + 1 && b[at] == 0) {
+        *value = 0;
+        return 1;
+    }
+    return canonical_varint(b, size, &at, value) == OK && at == size;
+}
+
+/* Growing a bytearray by one native int64. */
+static int append_int64(PyObject *column, int64_t value)
+{
+    Py_ssize_t size = PyByteArray_GET_SIZE(column);
+    if (PyByteArray_Resize(column, size + (Py_ssize_t)sizeof value) < 0)
+        return -1;
+    memcpy(PyByteArray_AS_STRING(column) + size, &value, sizeof value);
+    return 0;
+}
+
+/* measured_columns(data, pos, keys, *columns): wire.python_measured_columns, in C. The key of
+ * the message before is kept: messages of one step mostly share their tail, so its bytes are
+ * compared instead of looked up. */
+static PyObject *measured_columns(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    enum { COLUMNS = 5 };
+    int usable = nargs == 3 + COLUMNS && PyBytes_Check(args[0]) && PyLong_Check(args[1]) && PyDict_Check(args[2]);
+    for (Py_ssize_t k = 3; usable && k < nargs; k++)
+        usable = PyByteArray_CheckExact(args[k]);
+    if (!usable) {
+        PyErr_SetString(PyExc_TypeError, "measured_columns(data: bytes, pos: int, keys: dict, *five bytearrays)");
+        return NULL;
+    }
+    const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred())
+        return NULL;
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "measured_columns: negative position");
+        return NULL;
+    }
+    Py_ssize_t last_size = -1, capacity = 256;
+    uint8_t *rest = PyMem_Malloc(capacity), *last = PyMem_Malloc(capacity);  /* this message's key tail, the last found */
+    if (!rest || !last) {
+        PyMem_Free(rest);
+        PyMem_Free(last);
+        return PyErr_NoMemory();
+    }
+    uint64_t last_type = 0;
+    int64_t last_template = 0;
+    PyObject *missing = NULL;  /* the key without a template, when the loop stopped at one */
+    int failed = 0;
+    while (pos < size) {
+        Py_ssize_t at = pos + 1, length = data[pos];
+        if (length >= 0x80) {
+            if (at >= size || data[at] >= 0x80)
+                break;
+            length = (length & 0x7F) | (Py_ssize_t)data[at] << 7;
+            at += 1;
+        }
+        if (length > size - at)
+            break;
+        const uint8_t *body = data + at;
+        uint64_t type, start, micros = 0, parent = 0;
+        Py_ssize_t tail_at;
+        if (scan_head(body, length, &type, &start, &tail_at) != OK)
+            break;
+        Py_ssize_t p = tail_at;
+        if (p < length && body[p] == TAG_DURATION) {
+            p += 1;
+            if (canonical_varint(body, length, &p, &micros) != OK)
+                break;
+        }
+        if (length - p > capacity) {
+            capacity = 2 * (length - p);
+            uint8_t *grown = PyMem_Realloc(rest, capacity), *grown_last = grown ? PyMem_Realloc(last, capacity) : NULL;
+            if (grown)
+                rest = grown;
+            if (grown_last)
+                last = grown_last;
+            if (!grown || !grown_last) {
+                PyErr_NoMemory();
+                failed = 1;
+                break;
+            }
+        }
+        Py_ssize_t rest_size = 0;
+        int parents = 0, refused = 0;
+        while (p < length && !refused) {
+            refused = body[p] != TAG_ATTR || p + 1 == length || body[p + 1] >= 0x80 || p + 2 + body[p + 1] > length;
+            if (refused)
+                break;
+            Py_ssize_t end = p + 2 + body[p + 1];
+            if (parent_value(body + p, end - p, &parent)) {
+                refused = parents++ > 0;
+            } else {
+                memcpy(rest + rest_size, body + p, end - p);
+                rest_size += end - p;
+            }
+            p = end;
+        }
+        if (refused || start > INT64_MAX / 1000 || micros > INT64_MAX / 1000)
+            break;
+        if (!(type == last_type && rest_size == last_size && memcmp(rest, last, rest_size) == 0)) {
+            PyObject *key = Py_BuildValue("(Ky#)", (unsigned long long)type, (const char *)rest, rest_size);
+            PyObject *found = key ? PyDict_GetItemWithError(args[2], key) : NULL;  /* borrowed */
+            if (!found) {
+                failed = PyErr_Occurred() != NULL;
+                missing = failed ? NULL : key;
+                if (failed)
+                    Py_XDECREF(key);
+                break;
+            }
+            Py_DECREF(key);
+            last_template = PyLong_AsLongLong(found);
+            if (last_template == -1 && PyErr_Occurred()) {
+                failed = 1;
+                break;
+            }
+            memcpy(last, rest, rest_size);
+            last_size = rest_size, last_type = type;
+        }
+        int64_t values[COLUMNS] = {(int64_t)start * 1000, (int64_t)micros * 1000, parents ? (int64_t)parent : -1,
+                                   last_template, pos};
+        for (int k = 0; k < COLUMNS && !failed; k++)
+            failed = append_int64(args[3 + k], values[k]) < 0;
+        if (failed)
+            break;
+        pos = at + length;
+    }
+    PyMem_Free(rest);
+    PyMem_Free(last);
+    if (failed)
+        return NULL;
+    PyObject *where = PyLong_FromSsize_t(pos);
+    PyObject *result = where ? PyTuple_Pack(2, where, missing ? missing : Py_None) : NULL;
+    Py_XDECREF(where);
+    Py_XDECREF(missing);
+    return result;
+}
+
 /* fills(make): whether measured_nodes makes `make`'s objects by filling their slots (tests). */
 static PyObject *fills(PyObject *Py_UNUSED(module), PyObject *make)
 {
@@ -493,6 +707,8 @@ static PyMethodDef methods[] = {
      "node_head(body, known): wire.python_node_head, in C."},
     {"measured_nodes", (PyCFunction)(void (*)(void))measured_nodes, METH_FASTCALL,
      "measured_nodes(data, pos, known, args_of, make, names, nodes): wire.python_measured_nodes, in C."},
+    {"measured_columns", (PyCFunction)(void (*)(void))measured_columns, METH_FASTCALL,
+     "measured_columns(data, pos, keys, *columns): wire.python_measured_columns, in C."},
     {"fills", fills, METH_O, "fills(make): whether measured_nodes fills make's slots instead of calling it."},
     {NULL, NULL, 0, NULL},
 };

@@ -7,6 +7,7 @@ Messages themselves are encoded and decoded by protobuf; only the length prefix 
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any, Callable, Iterator
 
 from ..model import WireAttr
@@ -391,10 +392,94 @@ def python_measured_nodes(data: bytes, pos: int, known: dict, args_of: dict, mak
     return pos
 
 
+# ---------------------------------------------------------------------------------------------
+# a measured file's nodes as columns (readers/chakra.measured_columns_of, for `stats`)
+#
+# What `stats` reads of a node of a set declared measured: its start, its duration, the `parent`
+# attribute a step's sub-operations carry, and what its tail gives (kind, size, group, a
+# receive's wait), the same for every message with that tail. The parent differs from step to
+# step, so it is cut out of the tail: a set of 273,448 messages has a few hundred such tails
+# instead of 8,333 (readers/chakra.py decodes each once).
+
+INT64_MAX = (1 << 63) - 1
+_PARENT_ATTR = b"\x0a\x06parent\x48"  # AttributeProto name "parent", then its int64_val's tag
+COLUMNS = ("start_ns", "duration_ns", "parent", "template", "offset")  # the bytearrays, int64 each
+
+
+def parent_value(attr: bytes) -> int | None:
+    """The value of an attribute message (its tag and length included) that is exactly
+    `parent` as an int64_val, as protobuf writes it (0 too: a oneof value is written); None for
+    any other attribute."""
+    at = 2 + len(_PARENT_ATTR)  # the value
+    if attr[2:at] != _PARENT_ATTR or len(attr) <= at:
+        return None
+    if attr[at:] == b"\x00":
+        return 0
+    try:
+        value, end = _canonical_varint(attr, at)
+    except (ValueError, IndexError):
+        return None
+    return value if end == len(attr) else None
+
+
+def measured_scan(body: bytes) -> tuple[int, int, int, int, bytes] | None:
+    """(node type, start_time_micros, duration_micros, parent or -1, the tail after the duration
+    without the parent attribute) of a Node message whose head python_node_head reads and whose
+    tail is a duration as protobuf writes it (or none) and then attributes only, each below 128
+    bytes, at most one of them the parent; None for anything else, or times beyond 64 bits in
+    nanoseconds (`stats` then reads the set as Nodes)."""
+    head = python_node_head(body, {})
+    if head is None:
+        return None
+    tail = body[head[6]:]
+    micros, rest_at = leading_duration(tail)
+    if not rest_at and tail[:1] == bytes([_DURATION]):
+        return None  # a duration protobuf would not write
+    rest, pieces, parent, at = tail[rest_at:], [], -1, 0
+    while at < len(rest):
+        if rest[at] != 0x52 or at + 1 == len(rest) or rest[at + 1] >= 0x80 or at + 2 + rest[at + 1] > len(rest):
+            return None
+        end = at + 2 + rest[at + 1]
+        value = parent_value(rest[at:end])
+        if value is None:
+            pieces.append(rest[at:end])
+        elif parent >= 0:
+            return None  # a second parent: left to the reader of Nodes
+        else:
+            parent = value
+        at = end
+    if max(head[5], micros) > INT64_MAX // 1000:
+        return None
+    return head[2], head[5], micros, parent, b"".join(pieces)
+
+
+def python_measured_columns(data: bytes, pos: int, keys: dict, *columns: bytearray) -> tuple[int, tuple | None]:
+    """Append to the five `columns` (COLUMNS, native int64s) each message's values from `pos`
+    on: start and duration in ns, parent (-1: none), the template's number (`keys`: (node type,
+    measured_scan's tail) -> number) and where the message's frame starts in `data`. Stops at the end,
+    at a message without a short_frame or a measured_scan, or at one whose key has no template;
+    returns (where it stopped, that key or None)."""
+    size = len(data)
+    while pos < size:
+        frame = short_frame(data, pos)
+        scanned = None if frame is None else measured_scan(data[frame[0]:frame[1]])
+        if scanned is None:
+            return pos, None
+        node_type, start, micros, parent, rest = scanned
+        key = (node_type, rest)
+        template = keys.get(key)
+        if template is None:
+            return pos, key
+        for column, value in zip(columns, (start * 1000, micros * 1000, parent, template, pos)):
+            column += value.to_bytes(8, sys.byteorder, signed=True)
+        pos = frame[1]
+    return pos, None
+
+
 try:  # the same functions in C (_head.c, about 6x faster), which setup.py builds where it can
-    from ._head import measured_nodes, node_head
+    from ._head import measured_columns, measured_nodes, node_head
 except ImportError:  # installed without a C compiler: same nodes, slower
-    node_head, measured_nodes = python_node_head, python_measured_nodes
+    node_head, measured_nodes, measured_columns = python_node_head, python_measured_nodes, python_measured_columns
 
 
 def leading_duration(tail: bytes) -> tuple[int, int]:

@@ -39,13 +39,13 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from .._proto import et_def_pb2 as pb
 from .._proto.wire import (
-    KEPT_ARGS, MEASURED_ARG_COUNT, MEASURED_ARG_POSITIONS, MEASURED_FACTS, PER_RANK_FIELD, FramingError,
-    attr_from_proto, attr_to_proto, frames, in_per_rank_form, leading_duration, measured_key, measured_node,
-    measured_nodes, node_head, per_rank_field, per_rank_role, short_frame,
+    COLUMNS, KEPT_ARGS, MEASURED_ARG_COUNT, MEASURED_ARG_POSITIONS, MEASURED_FACTS, PER_RANK_FIELD, FramingError,
+    attr_from_proto, attr_to_proto, frames, in_per_rank_form, leading_duration, measured_columns, measured_key,
+    measured_node, measured_nodes, node_head, per_rank_field, per_rank_role, short_frame,
 )
 from ..diagnostics import Diagnostics, InputError
 from ..gc_pause import paused_gc
-from ..model import CollType, ExecutionTrace, Group, Node, NodeKind, Rank, WireAttr
+from ..model import CollType, ExecutionTrace, Group, MeasuredColumns, Node, NodeColumns, NodeKind, Rank, WireAttr
 from ..options import Options
 from .text import GZIP_MAGIC, gunzipped, head_gunzipped, json_error, read_bytes
 
@@ -171,6 +171,64 @@ def read_ranks(trace: ExecutionTrace, paths: list[Path], decoder: "NodeDecoder")
             ranks[rank_id] = read_rank(path, rank_id, gunzipped(raw, path), decoder)
     trace.ranks = dict(sorted(ranks.items()))
     trace.source.sha256 = digest.hexdigest()
+
+
+def load_measured_columns(paths: list[Path], options: Options) -> tuple[ExecutionTrace, MeasuredColumns] | None:
+    """A set every rank of which declares measured times (et-convert wrote it from a run), as a
+    model whose ranks have no nodes and their nodes as columns (what `stats` reads of them);
+    None for any other set, or one with a message wire.measured_columns does not take, a tail
+    that gives no template, an error or a scaling-mode log's times: `load` then reads it as
+    Nodes, and says what is wrong. Every node it gives is the Node `load` would give, in the
+    columns' terms (tests/test_stats_columns.py holds `stats` of the two to each other). The
+    input's hash is not taken: `stats` does not show it."""
+    trace = ExecutionTrace()
+    trace.source.format = "chakra"
+    decoder = NodeDecoder()
+    found = MeasuredColumns()
+    keys: dict[tuple[int, bytes], int] = {}  # (node type, tail) -> its row of found.facts
+    try:
+        for rank_id, path in ranks_of(paths):
+            data = gunzipped(read_bytes(path), path)
+            rank = trace.ranks[rank_id] = Rank(rank_id, source=str(path))
+            offset, start, end = next(frames(data))
+            rank.wire_metadata = decoder.metadata(data[start:end], path, offset)
+            if _declared_by(rank) is None or not decoder.starts_measured(data, end):
+                return None  # (a file not measured from its first messages is read as Nodes, maybe shared)
+            columns = [bytearray() for _ in COLUMNS]
+            pos = end
+            while (stop := measured_columns(data, pos, keys, *columns))[1] is not None:
+                facts = template_facts(decoder, *stop[1])
+                if facts is None:
+                    return None
+                keys[stop[1]] = len(found.facts)
+                found.facts.append(facts)
+                pos = stop[0]
+            if stop[0] != len(data):
+                return None
+            found.ranks[rank_id] = NodeColumns(*(memoryview(column).cast("q") for column in columns))
+        declared = _declared_measured(trace)
+        if declared is None or declared[1] or not any(len(c.start_ns) for c in found.ranks.values()):
+            return None
+        trace.ranks = dict(sorted(trace.ranks.items()))
+        read_groups(trace, paths)
+        apply_our_metadata(trace)
+        apply_parallel_options(trace, options)
+    except (InputError, FramingError, StopIteration):
+        return None
+    trace.timing, trace.time_origin_ns = "measured", declared[0]
+    found.ranks = dict(sorted(found.ranks.items()))
+    return trace, found
+
+
+def template_facts(decoder: "NodeDecoder", node_type: int, tail: bytes) -> tuple | None:
+    """MeasuredColumns.facts' row of the messages with this type and tail (wire.measured_scan's):
+    what their Nodes get from the tail's measured template; None when there is none, or when it
+    gives a parent (an attribute in a form the scan did not cut out)."""
+    template = decoder.measured_template(node_type, tail)
+    if template is None or template[_PARENT_AT] is not None:
+        return None
+    args = template[MEASURED_ARG_POSITIONS["args"]] or {}
+    return template[2], template[_SIZE_AT], template[_GROUP_AT], args.get("wait_ns", 0)
 
 
 def apply_parallel_options(trace: ExecutionTrace, options: Options) -> None:
@@ -763,7 +821,8 @@ _MADE_PER_NODE = tuple((f.name, f.default_factory) for f in dataclasses.fields(N
                        if f.default_factory is not dataclasses.MISSING and f.name not in ("deps", "ctrl_deps"))
 assert list(_NODE_DEFAULTS)[:3] == ["id", "name", "kind"]  # a tail's values go between kind and start_ns
 _START_AT = list(_NODE_DEFAULTS).index("start_ns")
-_ATTRS_AT, _PARENT_AT, _STREAM_AT = map(list(_NODE_DEFAULTS).index, ("attrs", "parent", "stream"))
+_ATTRS_AT, _PARENT_AT, _STREAM_AT, _SIZE_AT, _GROUP_AT = map(list(_NODE_DEFAULTS).index,
+                                                            ("attrs", "parent", "stream", "size", "group"))
 assert [name for name, _ in _MADE_PER_NODE] == ["args"]  # (measured_node makes `args` per node too)
 # read_measured_nodes' templates are Node's arguments by position, those each message gives put in by C
 assert {name: list(_NODE_DEFAULTS).index(name) for name in MEASURED_ARG_POSITIONS} == MEASURED_ARG_POSITIONS
