@@ -38,7 +38,7 @@ bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[cluster]'  # benchmark 7 compares 1 and 2 Dask workers
 	$(COMPILE)  # as an installed package runs (pip compiles a wheel's modules when it installs it)
 	$(BIN)/python benchmarks/run.py
-	$(BIN)/python benchmarks/bench_scheduler.py --python-loop
+	$(BIN)/python benchmarks/bench_scheduler.py --python-loop --stats-nodes
 	$(BIN)/python benchmarks/bench_kineto.py
 	$(BIN)/python benchmarks/bench_megatron_read.py
 

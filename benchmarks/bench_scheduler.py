@@ -5,6 +5,7 @@
     python benchmarks/bench_scheduler.py --stats-only    # only `et-convert stats` on the measured Chakra set
     python benchmarks/bench_scheduler.py --phases --distinct-sizes 1024   # where the synthetic job's time goes
     python benchmarks/bench_scheduler.py --python-loop   # also each schedule with the Python loop, and the ratio
+    python benchmarks/bench_scheduler.py --stats-nodes   # also stats reading Nodes (as without converters/_stats.c)
 
 SimAI: `samples/simai_tp8_pp16_1024gpu.txt` with its header rewritten to 8 ranks (TP 8, PP 1),
 64 (TP 8, PP 8), 512 and 1024 (TP 8, PP 16). Ranks of one pipeline stage share one node list,
@@ -26,7 +27,9 @@ for at least 1 M nodes/s. The set keeps the logs' measured times, which `stats` 
 scheduling (a set written before 2026-11-28 read back untimed and was scheduled: delete such
 sets under `--work`); so the scheduler is also timed on the same graph, as above. Also on the
 same set with jitter (`megatron_set.py --jitter 5`): there no two ranks log equal times, as in
-a measured run, so no rank stands for another.
+a measured run, so no rank stands for another. `stats` reads such a set as node columns and sums
+them in C (converters/_stats.c, stats.measured_set_stats); `--stats-nodes` also times it reading
+Nodes, as without that module.
 """
 
 from __future__ import annotations
@@ -191,17 +194,23 @@ def child_cpu(argv: list[str]) -> tuple[float, float]:
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def bench_stats(work: Path, runs: int, python_too: bool = False) -> None:
+def bench_stats(work: Path, runs: int, python_too: bool = False, nodes_too: bool = False) -> None:
     # Children first: a child's peak RSS starts from its parent's (Linux), so nothing big is read before.
     folders = {label: measured_chakra_set(work, jitter) for label, jitter in (("", 0), (", jitter 5", 5))}
-    measured = {label: min(child_cpu([str(BIN / "et-convert"), "stats", str(folder)]) for _ in range(runs))
-                for label, folder in folders.items()}
+    commands = {"": [str(BIN / "et-convert"), "stats"]}
+    if nodes_too:  # the same command without the columns' C numbers (stats reads Nodes then)
+        commands[", Nodes"] = [sys.executable, "-c", "import converters.stats as s, converters.cli as c; "
+                               "s._numbers = None; c.main()", "stats"]
+    measured = {(label, how): min(child_cpu([*command, str(folder)]) for _ in range(runs))
+                for label, folder in folders.items() for how, command in commands.items()}
     for label, folder in folders.items():
-        cpu, rss = measured[label]
         trace = read(folder, "chakra", diagnostics=Diagnostics())
         nodes = trace.node_count()
-        print(f"{'stats (Chakra set' + label + ')':<31}{16:>4} ranks {nodes:>10,} nodes  CPU {cpu:5.2f} s  "
-              f"{nodes / cpu / 1e6:5.2f} M nodes/s (reading, {trace.timing} times, printing; target 1 M)  {rss:4.0f} MB RSS")
+        for how in commands:
+            cpu, rss = measured[label, how]
+            print(f"{'stats (Chakra set' + label + how + ')':<31}{16:>4} ranks {nodes:>10,} nodes  CPU {cpu:5.2f} s  "
+                  f"{nodes / cpu / 1e6:5.2f} M nodes/s (reading, {trace.timing} times, printing; target 1 M)  "
+                  f"{rss:4.0f} MB RSS")
         # The set keeps the logs' measured times, which `stats` shows as they are: the scheduler
         # on the same graph (what `validate`'s dry run, `report`'s sweeps and `simulate` run)
         timed(f"  scheduled{label}", trace, False, runs, python_too)
@@ -216,6 +225,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="best of this many runs")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work", help="where the stats set is kept")
     parser.add_argument("--stats-only", action="store_true", help="only time stats on the measured Chakra set")
+    parser.add_argument("--stats-nodes", action="store_true", help="also time stats reading the set as Nodes")
     parser.add_argument("--phases", action="store_true", help="only the synthetic job, each step of the scheduler timed")
     parser.add_argument("--python-loop", action="store_true",
                         help="also time each schedule with the Python loop (the C loop's ratio)")
@@ -231,7 +241,7 @@ def main() -> None:
             phases(trace, args.runs)
             del trace
         return
-    bench_stats(args.work, args.runs, args.python_loop)
+    bench_stats(args.work, args.runs, args.python_loop, args.stats_nodes)
     if not args.stats_only:
         sizes = [int(s) for s in args.sizes.split(",")]
         with tempfile.TemporaryDirectory() as folder:
