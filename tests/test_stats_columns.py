@@ -193,6 +193,18 @@ def test_without_the_c_numbers_stats_reads_nodes(measured_sets, monkeypatch):
 
 
 @needs_c
+def test_the_python_scan_gives_the_same_columns(measured_sets, monkeypatch):
+    """Without _head.c the columns come from wire.python_measured_columns: the same numbers."""
+    from converters._proto import wire
+    from converters.readers import chakra
+
+    path = measured_sets["megatron_tp1_pp4_dp1"]
+    expected = by_columns(path)
+    monkeypatch.setattr(chakra, "measured_columns", wire.python_measured_columns)
+    assert by_columns(path) == expected
+
+
+@needs_c
 def test_values_beyond_64_bits_are_left_to_python(measured_sets):
     trace, columns = load_measured_columns(sorted(measured_sets["megatron_tp2_pp2_dp1"].glob("*.et")), Options())
     kind, size, group, wait = columns.facts[0]
