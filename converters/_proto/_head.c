@@ -522,8 +522,9 @@ static int scan_head(const uint8_t *b, Py_ssize_t size, uint64_t *type, uint64_t
         *type = b[pos + 1];
         pos += 2;
     }
-    for (uint8_t tag = TAG_CTRL_DEPS; tag <= TAG_DATA_DEPS; tag += TAG_DATA_DEPS - TAG_CTRL_DEPS) {
-        if (!(pos < size && b[pos] == tag))
+    static const uint8_t dependency_tags[] = {TAG_CTRL_DEPS, TAG_DATA_DEPS};
+    for (int k = 0; k < 2; k++) {
+        if (!(pos < size && b[pos] == dependency_tags[k]))
             continue;
         /* packed varints in a one-byte length, each in its shortest form (as `packed`) */
         if (pos + 1 >= size || !(0 < b[pos + 1] && b[pos + 1] < 0x80) || pos + 2 + b[pos + 1] > size)

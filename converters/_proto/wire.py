@@ -393,7 +393,7 @@ def python_measured_nodes(data: bytes, pos: int, known: dict, args_of: dict, mak
 
 
 # ---------------------------------------------------------------------------------------------
-# a measured file's nodes as columns (readers/chakra.measured_columns_of, for `stats`)
+# a measured file's nodes as columns (readers/chakra.load_measured_columns, for `stats`)
 #
 # What `stats` reads of a node of a set declared measured: its start, its duration, the `parent`
 # attribute a step's sub-operations carry, and what its tail gives (kind, size, group, a
