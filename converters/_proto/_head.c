@@ -438,6 +438,34 @@ static int measured_node(const uint8_t *body, Py_ssize_t size, PyObject *known, 
     return appended < 0 ? FAILED : OK;
 }
 
+/* A loop's start position from Python: 0 and *pos set, or -1 with an exception. */
+static int start_position(PyObject *arg, const char *loop, Py_ssize_t *pos)
+{
+    *pos = PyLong_AsSsize_t(arg);
+    if (*pos == -1 && PyErr_Occurred())
+        return -1;
+    if (*pos < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: negative position", loop);
+        return -1;
+    }
+    return 0;
+}
+
+/* The message framed at data[pos], as wire.short_frame takes it (a length prefix of one or two
+ * bytes: messages below 16 KiB, all there): 1 with where its body starts and its length, else 0. */
+static int short_frame(const uint8_t *data, Py_ssize_t size, Py_ssize_t pos, Py_ssize_t *at, Py_ssize_t *length)
+{
+    *at = pos + 1;
+    *length = data[pos];
+    if (*length >= 0x80) {
+        if (*at >= size || data[*at] >= 0x80)
+            return 0;
+        *length = (*length & 0x7F) | (Py_ssize_t)data[*at] << 7;
+        *at += 1;
+    }
+    return *length <= size - *at;
+}
+
 /* wire.python_measured_nodes in C: the Nodes of the messages from data[pos] on, appended to
  * `nodes`, up to the end or the first message it does not take; returns where it stopped. */
 static PyObject *measured_nodes(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
@@ -450,28 +478,13 @@ static PyObject *measured_nodes(PyObject *Py_UNUSED(module), PyObject *const *ar
         return NULL;
     }
     const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(args[0]);
-    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    if (pos == -1 && PyErr_Occurred())
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]), pos, at, length;
+    if (start_position(args[1], "measured_nodes", &pos) < 0)
         return NULL;
-    if (pos < 0) {
-        PyErr_SetString(PyExc_ValueError, "measured_nodes: negative position");
-        return NULL;
-    }
     int fills = fill_plan(args[4]);
     if (fills < 0)
         return NULL;
-    while (pos < size) {
-        /* the length prefix in one or two bytes (messages below 16 KiB), as wire.short_frame */
-        Py_ssize_t at = pos + 1, length = data[pos];
-        if (length >= 0x80) {
-            if (at >= size || data[at] >= 0x80)
-                break;
-            length = (length & 0x7F) | (Py_ssize_t)data[at] << 7;
-            at += 1;
-        }
-        if (length > size - at)
-            break;
+    while (pos < size && short_frame(data, size, pos, &at, &length)) {
         int step = measured_node(data + at, length, args[2], args[3], args[4], fills, args[5], args[6]);
         if (step == FAILED)
             return NULL;
@@ -588,14 +601,9 @@ static PyObject *measured_columns(PyObject *Py_UNUSED(module), PyObject *const *
         return NULL;
     }
     const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(args[0]);
-    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    if (pos == -1 && PyErr_Occurred())
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]), pos, at, length;
+    if (start_position(args[1], "measured_columns", &pos) < 0)
         return NULL;
-    if (pos < 0) {
-        PyErr_SetString(PyExc_ValueError, "measured_columns: negative position");
-        return NULL;
-    }
     Py_ssize_t last_size = -1, capacity = 256;
     uint8_t *rest = PyMem_Malloc(capacity), *last = PyMem_Malloc(capacity);  /* this message's key tail, the last found */
     if (!rest || !last) {
@@ -607,16 +615,7 @@ static PyObject *measured_columns(PyObject *Py_UNUSED(module), PyObject *const *
     int64_t last_template = 0;
     PyObject *missing = NULL;  /* the key without a template, when the loop stopped at one */
     int failed = 0;
-    while (pos < size) {
-        Py_ssize_t at = pos + 1, length = data[pos];
-        if (length >= 0x80) {
-            if (at >= size || data[at] >= 0x80)
-                break;
-            length = (length & 0x7F) | (Py_ssize_t)data[at] << 7;
-            at += 1;
-        }
-        if (length > size - at)
-            break;
+    while (pos < size && short_frame(data, size, pos, &at, &length)) {
         const uint8_t *body = data + at;
         uint64_t type, start, micros = 0, parent = 0;
         Py_ssize_t tail_at;
