@@ -10,6 +10,7 @@ The small public API (see README "Use it from Python"):
     simulate(inputs, astra_sim, **options)   -> Simulation (ASTRA-sim's finish times beside ours)
     report(inputs, "report.html", **options) -> one self-contained HTML page about the run
     sweep(trace, {"tp.bandwidth_gbps": [100, 200]}) -> {"sweep": [...]} (one schedule per grid point)
+    stats_for(inputs, fmt="auto", **options) -> what `et-convert stats --json` prints
 
 Every name is imported on first use (PEP 562), so `import converters` and a command that
 needs little (e.g. a log to a Chrome trace) do not pay for the validator, the scheduler, the
@@ -22,7 +23,7 @@ import types
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing; type checkers know the name)
 if TYPE_CHECKING:  # the names for type checkers and editors; at run time `__getattr__` imports them
-    from .api import convert, read, report, schedule, simulate, sweep, validate, write
+    from .api import convert, read, report, schedule, simulate, stats_for, sweep, validate, write
     from .diagnostics import Diagnostics, InputError
     from .model import CollType, ExecutionTrace, Group, Node, NodeKind, Parallel, Rank
     from .options import Options
@@ -31,7 +32,8 @@ __version__ = "0.1.0"
 
 # Where each public name lives; `converters.X` imports its module when first asked for.
 _HOMES = {
-    **dict.fromkeys(["convert", "read", "report", "schedule", "simulate", "sweep", "validate", "write"], ".api"),
+    **dict.fromkeys(["convert", "read", "report", "schedule", "simulate", "stats_for", "sweep", "validate", "write"],
+                    ".api"),
     **dict.fromkeys(["Diagnostics", "InputError"], ".diagnostics"),
     **dict.fromkeys(["CollType", "ExecutionTrace", "Group", "Node", "NodeKind", "Parallel", "Rank"], ".model"),
     "Options": ".options",
@@ -42,7 +44,7 @@ _HOMES = {
 _API_NAMES_OF_SUBMODULES = frozenset({"validate", "report", "simulate", "sweep"})
 
 __all__ = [
-    "convert", "read", "report", "schedule", "simulate", "sweep", "validate", "write",
+    "convert", "read", "report", "schedule", "simulate", "stats_for", "sweep", "validate", "write",
     "Diagnostics", "InputError", "Options",
     "CollType", "ExecutionTrace", "Group", "Node", "NodeKind", "Parallel", "Rank",
     "__version__",

@@ -359,6 +359,24 @@ def report(
     return runs
 
 
+def stats_for(
+    inputs: str | Path | Iterable[str | Path],
+    fmt: str = "auto",
+    options: Options | None = None,
+    diagnostics: Diagnostics | None = None,
+    **option_values,
+) -> dict:
+    """What `et-convert stats --json` prints for `inputs`: the iteration time, per rank compute,
+    exposed communication and idle, traffic per group kind, the critical path (scheduled) or
+    per group collectives and the slowest ones (measured). A Chakra set written from a measured
+    run is summed from its node columns, without a Node per message (`converters/stats.py`)."""
+    from .stats import stats_for as compute
+
+    options = replace(options or Options(), **option_values)
+    with _collector_paused(options):
+        return compute(inputs, fmt, options, diagnostics if diagnostics is not None else Diagnostics())
+
+
 def sweep(trace: ExecutionTrace, grid: dict[str, list] | list[str], options: Options | None = None) -> dict:
     """Re-schedule `trace` for every point of a grid of network keys:
     `sweep(trace, {"tp.bandwidth_gbps": [100, 200]})` -> {"sweep": [{..., "iteration_time_ns": ...}], "basis": ...}."""

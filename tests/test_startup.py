@@ -28,7 +28,7 @@ UNUSED_BY_A_LOG_TO_CHROME = [
     "converters.readers.chakra", "converters.readers.et_json", "converters.readers.kineto", "converters._proto.et_def_pb2",
     "google.protobuf", "pydantic", "rich",
 ]
-PUBLIC_FUNCTIONS = ["convert", "read", "report", "schedule", "simulate", "sweep", "validate", "write"]
+PUBLIC_FUNCTIONS = ["convert", "read", "report", "schedule", "simulate", "stats_for", "sweep", "validate", "write"]
 
 
 def imported_after(code: str) -> set[str]:

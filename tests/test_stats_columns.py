@@ -134,6 +134,21 @@ def test_close_runs_give_the_same_stats_by_columns_as_by_nodes(trace, limit, tmp
                                limit=limit)["slowest_collectives"] == slowest
 
 
+def test_the_library_gives_what_the_command_prints(measured_sets, cli):
+    """etc.stats_for: `et-convert stats --json`'s object, for a measured set (by columns where
+    _stats.c was built) and for a workload (scheduled)."""
+    import orjson
+
+    import converters as etc
+
+    for path in (measured_sets["megatron_tp2_pp2_dp1"], SAMPLES / "workloads" / "astra_data.txt"):
+        printed = cli("stats", path, "--json", *(["--num-npus", "8"] if path.suffix else []))
+        assert printed.code == 0, printed.stderr
+        kwargs = {"num_npus": 8} if path.suffix else {}
+        assert etc.stats_for(path, **kwargs) == orjson.loads(printed.stdout)
+    assert etc.stats_for(path, num_npus=8)["timing"] == "scheduled"
+
+
 @needs_c
 def test_a_gzipped_set_reads_as_columns_too(measured_sets, tmp_path):
     for path in measured_sets["megatron_tp2_pp2_dp1"].iterdir():
