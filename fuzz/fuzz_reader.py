@@ -1,4 +1,6 @@
 """Fuzz one input format with atheris: any exception other than our InputError is a bug.
+For Chakra, `stats` of a set read as node columns must also equal `stats` of its Nodes
+(`converters/stats.py`: measured_set_stats against stats_of), or the input is a crash.
 
     python fuzz/fuzz_reader.py FORMAT CORPUS_DIR... [libFuzzer flags, e.g. -max_total_time=600]
 
@@ -49,12 +51,24 @@ def main() -> None:
         path.write_bytes(data)
         for options in variants:
             try:
-                load([path], options, Diagnostics())
+                trace = load([path], options, Diagnostics())
             except (InputError, UsageError):
-                pass
+                continue
+            if fmt == "chakra":
+                same_stats_both_ways(path, trace, options)
 
     atheris.Setup([sys.argv[0], *sys.argv[2:]], one_input)
     atheris.Fuzz()
+
+
+def same_stats_both_ways(path: Path, trace, options) -> None:
+    """`stats` by node columns, where the set is one they stand for, is `stats` by Nodes."""
+    from converters.stats import measured_set_stats, stats_of
+    from converters.timeline import timeline_for
+
+    by_columns = measured_set_stats([path], "chakra", options, Diagnostics())
+    if by_columns is not None and by_columns != stats_of(trace, timeline_for(trace, options)):
+        raise AssertionError(f"stats by columns differ from stats by Nodes: {by_columns}")
 
 
 if __name__ == "__main__":
