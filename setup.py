@@ -7,6 +7,7 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("converters._proto._head", ["converters/_proto/_head.c"], optional=True),
-    Extension("converters.scheduler._loop", ["converters/scheduler/_loop.c"], optional=True),
-    Extension("converters._stats", ["converters/_stats.c"], optional=True),
+    Extension("converters.scheduler._loop", ["converters/scheduler/_loop.c"], depends=["converters/_spans.h"],
+              optional=True),
+    Extension("converters._stats", ["converters/_stats.c"], depends=["converters/_spans.h"], optional=True),
 ])

@@ -11,12 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_spans.h"
+
 /* What a template's nodes are to the breakdown (stats.measured_summary) */
 enum { OTHER = 0, BUSY = 1 /* compute, memory */, TALK = 2 /* a send or a collective */, RECV = 3 };
-
-typedef struct {
-    int64_t a, b;
-} span;
 
 typedef struct {
     Py_buffer view;
@@ -38,39 +36,24 @@ static int open_column(PyObject *object, column *c)
     return 0;
 }
 
-static int by_start(const void *x, const void *y)
+/* scheduler.summary._merge: `n` (start, end) pairs sorted and joined (_spans.h); the new count. */
+static Py_ssize_t merge(int64_t *pairs, Py_ssize_t n)
 {
-    const span *p = x, *q = y;
-    return p->a < q->a ? -1 : p->a > q->a ? 1 : p->b < q->b ? -1 : p->b > q->b;
+    qsort(pairs, n, 2 * sizeof *pairs, by_start_then_end);
+    return merge_sorted_pairs(pairs, n);
 }
 
-/* scheduler.summary._merge: sorted, overlapping or touching spans joined; the new count. */
-static Py_ssize_t merge(span *s, Py_ssize_t n)
-{
-    qsort(s, n, sizeof *s, by_start);
-    Py_ssize_t out = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (out && s[i].a <= s[out - 1].b) {
-            if (s[i].b > s[out - 1].b)
-                s[out - 1].b = s[i].b;
-        } else {
-            s[out++] = s[i];
-        }
-    }
-    return out;
-}
-
-/* scheduler.summary._measure_outside: the length of `talk` outside `busy` (both merged). */
-static int64_t outside(const span *talk, Py_ssize_t nt, const span *busy, Py_ssize_t nb)
+/* scheduler.summary._measure_outside: the length of `talk` outside `busy` (merged pairs). */
+static int64_t outside(const int64_t *talk, Py_ssize_t nt, const int64_t *busy, Py_ssize_t nb)
 {
     int64_t total = 0;
     Py_ssize_t j = 0;
     for (Py_ssize_t i = 0; i < nt; i++) {
-        int64_t a = talk[i].a, b = talk[i].b, covered = 0;
-        while (j < nb && busy[j].b <= a)
+        int64_t a = talk[2 * i], b = talk[2 * i + 1], covered = 0;
+        while (j < nb && busy[2 * j + 1] <= a)
             j++;
-        for (Py_ssize_t k = j; k < nb && busy[k].a < b; k++)
-            covered += (b < busy[k].b ? b : busy[k].b) - (a > busy[k].a ? a : busy[k].a);
+        for (Py_ssize_t k = j; k < nb && busy[2 * k] < b; k++)
+            covered += (b < busy[2 * k + 1] ? b : busy[2 * k + 1]) - (a > busy[2 * k] ? a : busy[2 * k]);
         total += (b - a) - covered;
     }
     return total;
@@ -91,7 +74,7 @@ typedef struct {
     Py_ssize_t ranks;
     column (*cols)[4];  /* per rank: start, duration, parent, template */
     int opened;  /* columns opened so far */
-    span *busy, *talk;
+    int64_t *busy, *talk;  /* a rank's (start, end) pairs */
     collective *coll, *sorted;
     Py_ssize_t *first_of, *count_of, *place;
     int64_t *first_starts, *last_starts, *last_ends, *first_sizes;  /* per instance k of a group */
@@ -148,13 +131,13 @@ static int rank_numbers(state *s, Py_ssize_t r, const uint8_t *codes, const int6
         if (end <= start[i] || parent[i] >= 0)
             continue;  /* sub-operations run inside their parent step */
         if (codes[t] == BUSY) {
-            s->busy[nb++] = (span){start[i], end};
+            s->busy[2 * nb] = start[i], s->busy[2 * nb + 1] = end, nb++;
         } else if (codes[t] != OTHER) {
             int64_t from;
             if (__builtin_add_overflow(start[i], codes[t] == RECV ? waits[t] : 0, &from))
                 return TOO_BIG;
             if (from < end)
-                s->talk[nt++] = (span){from, end};
+                s->talk[2 * nt] = from, s->talk[2 * nt + 1] = end, nt++;
             if (codes[t] == TALK) {
                 int64_t *row = traffic[rows[t]];
                 row[0] += 1;
@@ -168,7 +151,7 @@ static int rank_numbers(state *s, Py_ssize_t r, const uint8_t *codes, const int6
     nt = merge(s->talk, nt);
     int64_t compute = 0;
     for (Py_ssize_t k = 0; k < nb; k++)
-        if (__builtin_add_overflow(compute, s->busy[k].b - s->busy[k].a, &compute))
+        if (__builtin_add_overflow(compute, s->busy[2 * k + 1] - s->busy[2 * k], &compute))
             return TOO_BIG;
     PyObject *row = Py_BuildValue("(LLL)", (long long)finish, (long long)compute,
                                   (long long)outside(s->talk, nt, s->busy, nb));
@@ -326,8 +309,8 @@ static PyObject *numbers(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
         longest = n > longest ? n : longest;
         nodes += n;
     }
-    s.busy = PyMem_Malloc((longest ? longest : 1) * sizeof *s.busy);
-    s.talk = PyMem_Malloc((longest ? longest : 1) * sizeof *s.talk);
+    s.busy = PyMem_Malloc((longest ? longest : 1) * 2 * sizeof *s.busy);
+    s.talk = PyMem_Malloc((longest ? longest : 1) * 2 * sizeof *s.talk);
     s.coll = PyMem_Malloc((nodes ? nodes : 1) * sizeof *s.coll);
     traffic = PyMem_Calloc(row_count ? row_count : 1, sizeof *traffic);
     if (!s.busy || !s.talk || !s.coll || !traffic)

@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../_spans.h"
+
 enum { T_COMPUTE, T_COLL, T_SEND, T_RECV, T_OTHER };
 enum { Q_COMPUTE, Q_COMM, Q_FREE };
 enum { S_WAITING, S_READY, S_ISSUED, S_DONE };
@@ -811,12 +813,6 @@ static PyObject *stretches_of(const Vec *c) {
     return list;
 }
 
-static int by_start_then_end(const void *a, const void *b) {
-    const int64_t *x = a, *y = b;
-    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
-    return (x[1] > y[1]) - (x[1] < y[1]);
-}
-
 /* (start, end) pairs sorted by start, then end. The pairs come in the order of the talk list,
    the collectives' places then the sends' and receives': each part runs in order on one
    stream, so mostly two ascending runs, which are merged; anything else goes to qsort. */
@@ -851,7 +847,7 @@ static int sort_pairs(int64_t *pairs, Py_ssize_t count) {
 static PyObject *talking_of(const Rank *R) {
     int64_t *pairs = PyMem_Malloc((size_t)(R->ntalk ? R->ntalk : 1) * 2 * sizeof(int64_t));
     if (!pairs) return PyErr_NoMemory();
-    Py_ssize_t count = 0, merged = 0;
+    Py_ssize_t count = 0;
     for (Py_ssize_t j = 0; j < R->ntalk; j++) {
         Py_ssize_t i = (Py_ssize_t)R->talk[j];
         if (R->node[i].end > R->node[i].start) {
@@ -864,16 +860,7 @@ static PyObject *talking_of(const Rank *R) {
         PyMem_Free(pairs);
         return PyErr_NoMemory();
     }
-    for (Py_ssize_t k = 0; k < count; k++) {
-        int64_t a = pairs[2 * k], b = pairs[2 * k + 1];
-        if (merged && a <= pairs[2 * merged - 1]) {
-            if (b > pairs[2 * merged - 1]) pairs[2 * merged - 1] = b;
-        } else {
-            pairs[2 * merged] = a;
-            pairs[2 * merged + 1] = b;
-            merged++;
-        }
-    }
+    Py_ssize_t merged = merge_sorted_pairs(pairs, count);
     PyObject *list = PyList_New(merged);
     for (Py_ssize_t k = 0; list && k < merged; k++) {
         PyObject *pair = Py_BuildValue("(LL)", (long long)pairs[2 * k], (long long)pairs[2 * k + 1]);
