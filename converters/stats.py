@@ -115,7 +115,6 @@ try:  # the numbers over columns in C; without it `stats` reads Nodes
 except ImportError:
     _numbers = None
 
-_INT64 = range(-(1 << 63), 1 << 63)
 _OTHER, _BUSY, _TALK, _RECV = range(4)  # what a template's nodes are to the breakdown (as in _stats.c)
 
 
@@ -168,13 +167,16 @@ def _template_tables(trace, facts: list[tuple]) -> tuple | None:
     or a wait is beyond 64 bits."""
     from array import array
 
+    from ._proto.wire import INT_RANGES  # (imported with the reader of the columns)
     from .model import NodeKind
 
+    low, high = INT_RANGES["int64"]
+    int64 = range(low, high + 1)
     codes, sizes, rows, groups, waits = bytearray(), array("q"), array("q"), array("q"), array("q")
     row_of: dict[str, int] = {}  # traffic by group kind, as measured_summary names it
     group_of: dict[Any, int] = {}  # group id (None: all ranks) of the collectives
     for kind, size, gid, wait in facts:
-        if size not in _INT64 or wait not in _INT64:
+        if size not in int64 or wait not in int64:
             return None
         if kind in (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE):
             code = _BUSY

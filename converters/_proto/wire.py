@@ -401,7 +401,6 @@ def python_measured_nodes(data: bytes, pos: int, known: dict, args_of: dict, mak
 # step, so it is cut out of the tail, which readers/chakra.py decodes once per distinct one
 # (benchmark 7's set: 7,309 tails instead of 8,333).
 
-INT64_MAX = (1 << 63) - 1
 _PARENT_ATTR = b"\x0a\x06parent\x48"  # AttributeProto name "parent", then its int64_val's tag
 COLUMNS = ("start_ns", "duration_ns", "parent", "template", "offset")  # the bytearrays, int64 each
 
@@ -448,7 +447,7 @@ def measured_scan(body: bytes) -> tuple[int, int, int, int, bytes] | None:
         else:
             parent = value
         at = end
-    if max(head[5], micros) > INT64_MAX // 1000:
+    if max(head[5], micros) > INT_RANGES["int64"][1] // 1000:
         return None
     return head[2], head[5], micros, parent, b"".join(pieces)
 
