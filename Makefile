@@ -12,8 +12,8 @@ OUT := out
 # 0.33 s a `stats` of a small set took, for each of `make run`'s 35 commands.
 COMPILE := $(BIN)/python -m compileall -q converters
 
-# setup.py builds the C modules (_head.c, _loop.c, _stats.c, and _spans.h they share) in place: a change to any installs again
-$(STAMP): pyproject.toml setup.py converters/_proto/_head.c converters/scheduler/_loop.c converters/_stats.c converters/_spans.h
+# setup.py builds the C modules (_head.c, _loop.c, _stats.c, _pftrace.c, and _spans.h two share) in place: a change to any installs again
+$(STAMP): pyproject.toml setup.py converters/_proto/_head.c converters/scheduler/_loop.c converters/_stats.c converters/writers/_pftrace.c converters/_spans.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

@@ -7,7 +7,9 @@ millions of slice events framed from bytes encoded once (see "slice events" belo
 rank's args are built, written and freed before the next rank's (as the JSON writer does).
 A rank with a node list of its own (each rank of a log) encodes its annotations from
 `ArgsRows` (`row_begin_bodies`): each args shape's fixed pieces once, its nodes' own fields
-per value, no dict per slice.
+per value, no dict per slice. The loops over every event of such a rank (its own fields'
+annotations, its begins' bodies, the framing of its packets) run in C when the optional
+module `_pftrace.c` is built, with the same bytes; the Python here is their specification.
 
 Packet stream:
 1. on sequence SEQUENCE_ID (1), a packet that clears incremental state, then a track
@@ -56,6 +58,11 @@ from .layout_chrome import (
     FLOW_IN, FLOW_NONE, FLOW_OUT, FLOW_STEP, OWN_FIELDS, ArgsRows, ArgsShape, Layout, Plan, Process,
     encoder_by_process, report_iteration, start_plan,
 )
+
+try:  # optional (setup.py): without it, the same bytes from the Python below
+    from . import _pftrace
+except ImportError:
+    _pftrace = None
 
 SEQUENCE_ID = 1  # the first packet and the track descriptors
 # Perfetto's enum values (perfetto_trace.proto; tests compare them with its protos): this module
@@ -645,9 +652,14 @@ class _EventEncoder:
         n = len(columns.layout_slots)
         # each event's packet after its timestamp: an end's by its slot; a begin's from its body
         begins = list(map(operator.ge, codes, repeat(n)))
+        made = bodies(list(map(operator.sub, compress(codes, begins), repeat(n))))
+        if _pftrace is not None:
+            block = _pftrace.frame_block(columns.codes, start, stop, n, columns.layout_slots, self.end_rests, made,
+                                         self.sequence_event_heads, self.packet_heads, columns.times)
+            if block is not None:
+                return [block]
         rests = list(map(self.end_rests.__getitem__, map(columns.layout_slots.__getitem__,
                                                          map(operator.mod, codes, repeat(n)))))
-        made = bodies(list(map(operator.sub, compress(codes, begins), repeat(n))))
         list(map(rests.__setitem__, compress(count(), begins),
                  map(operator.add, map(self.sequence_event_heads.__getitem__, map(len, made)), made)))
         del made
@@ -722,11 +734,17 @@ class _EventEncoder:
         shapes, columns, name_fields = rows.shapes, rows.columns, interned.name_fields
 
         def bodies(positions: list[int]) -> list[bytes]:
-            values = [repeat(b"") if key is None else annotations.column(key, list(map(column.__getitem__, positions)))
+            values = [None if key is None else annotations.column_at(key, column, positions)
                       for key, column in zip(keys, columns)]
-            values.append(map(name_fields.__getitem__, map(names.__getitem__, positions)))
-            values.append(map(tails.__getitem__, positions))
-            return list(map(operator.mod, map(formats.__getitem__, map(shapes.__getitem__, positions)), zip(*values)))
+            names_at = list(map(name_fields.__getitem__, map(names.__getitem__, positions)))
+            tails_at = list(map(tails.__getitem__, positions))
+            formats_at = list(map(formats.__getitem__, map(shapes.__getitem__, positions)))
+            if _pftrace is not None:
+                made = _pftrace.format_bodies(formats_at, values, names_at, tails_at)
+                if made is not None:
+                    return made
+            rows = zip(*[repeat(b"") if pieces is None else pieces for pieces in values], names_at, tails_at)
+            return list(map(operator.mod, formats_at, rows))
 
         return bodies
 
@@ -791,15 +809,11 @@ class _Columns:
         keys = list(map(operator.or_, map(operator.lshift, event_times, repeat(slot_bits)), event_slots))
         codes = sorted(slot_order(layout), key=keys.__getitem__)  # n + position for a begin, position for an end
         del keys
-        times = list(map(event_times.__getitem__, codes))
+        self.times = list(map(event_times.__getitem__, codes))  # per event, in writing order
         del event_times
         self.size = len(codes)
         self.codes = codes
         self.layout_slots = slots
-        # the timestamp field per event and its length; remembered per layout only (a log's ranks
-        # each have their own times)
-        self.stamps = timestamp_fields(times, ascending=True)
-        self.stamp_sizes = ascending_field_sizes(times, self.stamps)
         self.begin_positions = list(map(operator.sub, compress(codes, map(operator.ge, codes, repeat(n))), repeat(n)))
         # a shared layout's framing, made from its first process (see `_EventEncoder.member_parts`)
         self.pieces: list[bytes] | None = None  # the base's
@@ -810,6 +824,16 @@ class _Columns:
         self.base: tuple[list, list] | None = None  # the names and args of the last process framed with `pieces`
         self.ref_heads: list[bytes] | None = None  # the base's begins' heads
         self.ref_key: tuple | None = None  # the interning tables of every process framed with `pieces`
+
+    # the timestamp field per event and its length, made when first asked for (the C framing
+    # encodes the times itself); remembered per layout only (a log's ranks each have their own times)
+    @functools.cached_property
+    def stamps(self) -> list[bytes]:
+        return timestamp_fields(self.times, ascending=True)
+
+    @functools.cached_property
+    def stamp_sizes(self) -> list[int]:
+        return ascending_field_sizes(self.times, self.stamps)
 
     # what a shared layout's processes need besides (`_EventEncoder.member_parts`)
     @functools.cached_property
@@ -1183,18 +1207,32 @@ class _Annotations:
             return self.piece(key, value)
         return self.pieces[(key, value)]
 
+    def column_at(self, key: str, column: list, positions: list[int]) -> list[bytes]:
+        """`column(key, [column[p] for p in positions])`, in C when it is built and takes the values."""
+        if _pftrace is not None:
+            cache = self.field_cache(key)
+            pieces = _pftrace.annotation_pieces(column, positions, cache, cache.name_field)
+            if pieces is not None:
+                return pieces
+        return self.column(key, list(map(column.__getitem__, positions)))
+
     def column(self, key: str, values: list) -> list[bytes]:
         """The piece of (key, value) for each value; b"" for None (a field the arg does not have)."""
         if not _COLUMN_VALUES.issuperset(map(type, values)):
             return [b"" if value is None else self.piece(key, value) for value in values]
-        cache = self.field_pieces.get(key)  # value -> piece: looked up without a (key, value) tuple each
-        if cache is None or len(cache) >= MAX_ANNOTATION_PIECES:
-            cache = self.field_pieces[key] = _FieldPieces(self.arg_names[key])
+        cache = self.field_cache(key)
         pieces = list(map(cache.get, values))
         if None not in pieces:
             return pieces
         cache.add_many(list(dict.fromkeys(compress(values, map(operator.is_, pieces, repeat(None))))))
         return list(map(cache.__getitem__, values))
+
+    def field_cache(self, key: str) -> "_FieldPieces":
+        """value -> piece under `key`: looked up without a (key, value) tuple each; a new one once full."""
+        cache = self.field_pieces.get(key)
+        if cache is None or len(cache) >= MAX_ANNOTATION_PIECES:
+            cache = self.field_pieces[key] = _FieldPieces(self.arg_names[key])
+        return cache
 
     def unplain(self, args: dict[str, Any]) -> bytes:
         """A dict with a value of another type (bool, float): by its own items."""
