@@ -933,10 +933,16 @@ class _Planner:
             shared.clear()  # shapes carry the stage: only ranks of this one share them
             self.shapes_stage = stage
 
+        own_of: dict[tuple, list[str]] = {}  # a node's own keys follow from its key's flags
+
         def shape_of(i: int) -> ArgsShape:
             # ranks of a log have equal args in distinct dicts: a shape is made once per content
             node = nodes[i]
-            text = args_key(node.args, own_keys(node))
+            flags = keys[i][1:6]  # kind, coll, and whether it has no tag, microbatch, source
+            own = own_of.get(flags)
+            if own is None:
+                own = own_of[flags] = own_keys(node)
+            text = args_key(node.args, own)
             if text is None:
                 return make_shape(i)
             key = (text, keys[i][1:], stage)
