@@ -3,8 +3,8 @@
 Each C function gives what the Python it stands for gives, or None where it leaves the work to
 Python (a value or a format it does not take): `annotation_pieces` is `_Annotations.column`
 (and fills the same cache), `format_bodies` is `format % row` per begin, and the writer's
-bytes are the same with the module as without it, on the samples, on synthetic logs big enough
-for node ids past 2^14 and a full annotation cache, and on random traces.
+bytes are the same with the module as without it, on the samples, on a synthetic log whose
+annotation cache fills up again and again, and on random traces.
 """
 
 from __future__ import annotations
