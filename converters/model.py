@@ -45,6 +45,9 @@ class CollType(enum.IntEnum):
 
 
 COMM_KINDS = (NodeKind.SEND, NodeKind.RECV, NodeKind.COLLECTIVE)
+# What keeps a rank busy in the per-rank breakdowns (the scheduler's summary, `stats` of
+# measured times, the report): compute and memory operations.
+BUSY_KINDS = (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
 
 # Collectives ASTRA-sim's network backends really simulate (FORMATS.md §1).
 SIMULATED_COLLECTIVES = frozenset(

@@ -168,7 +168,7 @@ def _template_tables(trace, facts: list[tuple]) -> tuple | None:
     from array import array
 
     from ._proto.wire import INT_RANGES  # (imported with the reader of the columns)
-    from .model import NodeKind
+    from .model import BUSY_KINDS, NodeKind
 
     low, high = INT_RANGES["int64"]
     int64 = range(low, high + 1)
@@ -178,11 +178,11 @@ def _template_tables(trace, facts: list[tuple]) -> tuple | None:
     for kind, size, gid, wait in facts:
         if size not in int64 or wait not in int64:
             return None
-        if kind in (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE):
+        if kind in BUSY_KINDS:
             code = _BUSY
         else:
             code = _RECV if kind == NodeKind.RECV else _TALK if kind in (NodeKind.SEND, NodeKind.COLLECTIVE) else _OTHER
-        label = (trace.group_kind(gid) if kind == NodeKind.COLLECTIVE else "pp") or "default"
+        label = traffic_label(trace, kind, gid)
         codes.append(code)
         sizes.append(size)
         rows.append(row_of.setdefault(label, len(row_of)) if code == _TALK else -1)
@@ -333,10 +333,18 @@ def measured_reference(trace, timeline) -> dict[str, Any] | None:
     return {**measured, "gap_ns": measured["ns"] - timeline.end_ns}
 
 
+def traffic_label(trace, kind, gid) -> str:
+    """The row of the traffic by group kind a sending node counts in: its collective's group
+    kind ("pp" for a send), or "default" when that is not known."""
+    from .model import NodeKind
+
+    return (trace.group_kind(gid) if kind == NodeKind.COLLECTIVE else "pp") or "default"
+
+
 def measured_summary(trace, timeline) -> dict[str, Any]:
     """Per-rank breakdown of measured or modelled times (logs): same definitions as the scheduler's."""
     from .scheduler.summary import _merge, _measure_outside
-    from .model import NodeKind
+    from .model import BUSY_KINDS, NodeKind
 
     ranks: dict[str, dict[str, int]] = {}
     comm: dict[str, dict[str, int]] = {}
@@ -346,7 +354,7 @@ def measured_summary(trace, timeline) -> dict[str, Any]:
         for i, node in enumerate(rank.nodes):
             if en[i] <= st[i] or node.parent is not None:
                 continue  # sub-operations run inside their parent step
-            if node.kind in (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE):
+            if node.kind in BUSY_KINDS:
                 busy.append((st[i], en[i]))
             elif node.is_comm:
                 # as the scheduler counts it, a receive talks from when its data starts to move:
@@ -355,8 +363,8 @@ def measured_summary(trace, timeline) -> dict[str, Any]:
                 if st[i] + waited < en[i]:
                     talk.append((st[i] + waited, en[i]))
                 if node.kind != NodeKind.RECV:
-                    kind = trace.group_kind(rank.group_of(node)) if node.kind == NodeKind.COLLECTIVE else "pp"
-                    row = comm.setdefault(kind or "default", {"ops": 0, "bytes": 0, "busy_ns": 0})
+                    row = comm.setdefault(traffic_label(trace, node.kind, rank.group_of(node)),
+                                          {"ops": 0, "bytes": 0, "busy_ns": 0})
                     row["ops"] += 1
                     row["bytes"] += node.size
                     row["busy_ns"] += en[i] - st[i]

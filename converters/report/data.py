@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import ExecutionTrace, NodeKind
+from ..model import BUSY_KINDS, ExecutionTrace, NodeKind
 from ..ranks import compact_ranks
 from ..stats import stats_of
 from ..sweep import slowest_of
@@ -31,7 +31,6 @@ TIMELINE_COLUMNS = 800  # about a pixel each on a wide screen; bounds a lane's s
 SLOWEST_COLLECTIVES = 10
 FINDINGS_PER_CHECK = 5
 BREAKDOWN = ("compute_ns", "exposed_comm_ns", "idle_ns")
-_BUSY = (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
 
 TIMING_WORDS = {
     "scheduled": "scheduled by et-convert's network model",
@@ -136,7 +135,7 @@ def timeline_lanes(trace: ExecutionTrace, timeline: Timeline) -> dict[str, Any]:
         for node, start, end in zip(rank.nodes, timeline.starts[r], timeline.ends[r]):
             if end <= start:
                 continue
-            if node.kind in _BUSY:
+            if node.kind in BUSY_KINDS:
                 if node.parent is None:  # a step's sub-operations are drawn on the comm strip
                     compute.setdefault("compute", []).append((start, end))
             elif node.is_comm:

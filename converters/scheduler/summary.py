@@ -13,11 +13,10 @@ from functools import partial
 from operator import itemgetter
 from typing import Any
 
-from ..model import NodeKind
+from ..model import BUSY_KINDS, NodeKind
 from .engine import IS_COLL_OR_SEND, IS_TALK, T_OTHER, Engine, _loop, indices
 
 TOP_CONTRIBUTORS = 10
-_BUSY_KINDS = (NodeKind.COMPUTE, NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
 _MEMORY_KINDS = (NodeKind.MEM_LOAD, NodeKind.MEM_STORE)
 
 
@@ -222,7 +221,7 @@ def _credit_path(engine: Engine, ends, cause, last: tuple[int, int]) -> tuple[in
 
 
 def _category(engine: Engine, r: int, node) -> str:
-    if node.kind in _BUSY_KINDS:
+    if node.kind in BUSY_KINDS:
         return "compute"
     if node.is_comm:
         return engine.kind_of(engine.ranks[r].group_of(node), node)
