@@ -182,7 +182,7 @@ def _template_tables(trace, facts: list[tuple]) -> tuple | None:
             code = _BUSY
         else:
             code = _RECV if kind == NodeKind.RECV else _TALK if kind in (NodeKind.SEND, NodeKind.COLLECTIVE) else _OTHER
-        label = traffic_label(trace, kind, gid)
+        label = traffic_label(trace, kind == NodeKind.COLLECTIVE, gid)
         codes.append(code)
         sizes.append(size)
         rows.append(row_of.setdefault(label, len(row_of)) if code == _TALK else -1)
@@ -333,12 +333,10 @@ def measured_reference(trace, timeline) -> dict[str, Any] | None:
     return {**measured, "gap_ns": measured["ns"] - timeline.end_ns}
 
 
-def traffic_label(trace, kind, gid) -> str:
-    """The row of the traffic by group kind a sending node counts in: its collective's group
-    kind ("pp" for a send), or "default" when that is not known."""
-    from .model import NodeKind
-
-    return (trace.group_kind(gid) if kind == NodeKind.COLLECTIVE else "pp") or "default"
+def traffic_label(trace, collective: bool, gid) -> str:
+    """The row of the traffic by group kind a sending node counts in: a collective's group's kind
+    (`gid`), "pp" for a send, or "default" when that is not known."""
+    return (trace.group_kind(gid) if collective else "pp") or "default"
 
 
 def measured_summary(trace, timeline) -> dict[str, Any]:
@@ -363,8 +361,8 @@ def measured_summary(trace, timeline) -> dict[str, Any]:
                 if st[i] + waited < en[i]:
                     talk.append((st[i] + waited, en[i]))
                 if node.kind != NodeKind.RECV:
-                    row = comm.setdefault(traffic_label(trace, node.kind, rank.group_of(node)),
-                                          {"ops": 0, "bytes": 0, "busy_ns": 0})
+                    label = traffic_label(trace, node.kind == NodeKind.COLLECTIVE, rank.group_of(node))
+                    row = comm.setdefault(label, {"ops": 0, "bytes": 0, "busy_ns": 0})
                     row["ops"] += 1
                     row["bytes"] += node.size
                     row["busy_ns"] += en[i] - st[i]
