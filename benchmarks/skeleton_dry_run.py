@@ -3,7 +3,7 @@
     python benchmarks/skeleton_dry_run.py LOGS_DIR [--rounds 7]
 
 When the workers write a Chakra set (`converters/rank_files.py`), the client checks every
-rank's communication skeleton as `model.SkeletonNode`s whose equal ids and dependency lists
+rank's communication skeleton as `rank_files.SkeletonNode`s whose equal ids and dependency lists
 are shared across ranks (`SharedValues`, read-only `SharedDeps`). This reads a folder of
 per-rank logs in this process, makes those skeleton nodes, and also the same values as plain
 `Node`s with their own lists, then times the deadlock dry run (the scheduler's programs built

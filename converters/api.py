@@ -201,7 +201,7 @@ def convert(
     before any reading. A Chakra set from per-rank logs or profiler traces with `jobs` > 1 or
     `cluster`, or of 32 MB of them or more, is written by the workers
     (`converters/rank_files.py`): the model returned then holds each rank's
-    communication skeleton (its sends, receives and collectives as `model.SkeletonNode`s, with
+    communication skeleton (its sends, receives and collectives as `rank_files.SkeletonNode`s, with
     only the args the cross-rank checks read, read-only), not its compute. A timeline
     of per-rank logs or profiler traces with `jobs` > 1 or `cluster`, or of 32 MB of them or
     more, is drawn by the workers (`converters/rank_timelines.py`): the model returned then

@@ -13,8 +13,8 @@ shared node. Measured times (`Node.start_ns`) only appear on graphs that are not
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterator
 
 
 class NodeKind(enum.IntEnum):
@@ -153,37 +153,12 @@ class Node:
         return self.kind in COMM_KINDS
 
 
-@dataclass(slots=True)
-class SkeletonNode:
-    """A communication node of a rank's skeleton (`rank_files.Skeleton`: what the cross-rank
-    checks read of a Chakra set the workers write; the model `api.convert` returns then): a
-    `Node`'s fields but those a skeleton node never has, which are constants here (no control
-    dependencies, source, attributes or IO info). 152 bytes instead of a Node's 192, for each of
-    the hundreds of thousands of communication nodes of a set of logs. Read-only, like the
-    skeleton's shared args and dependencies."""
-
-    id: int
-    name: str
-    kind: NodeKind
-    duration_ns: int
-    deps: list[int]
-    coll: CollType | None
-    size: int
-    group: int | None
-    peer: int | None
-    tag: int | None
-    start_ns: int | None
-    stream: str
-    parent: int | None
-    microbatch: int | None
-    args: dict[str, Any]
-    ctrl_deps: ClassVar[list[int]] = NO_CTRL_DEPS
-    source: ClassVar[str | None] = None
-    attrs: ClassVar[list[WireAttr] | None] = None
-    inputs: ClassVar[tuple[str, str, str] | None] = None
-    outputs: ClassVar[tuple[str, str, str] | None] = None
-
-    is_comm = Node.is_comm
+def plain(node) -> Node:
+    """`node` as a `Node` of its own: a read-only node (`rank_files.SkeletonNode`) gives its
+    values to a new one."""
+    if type(node) is Node:
+        return node
+    return Node(**{f.name: getattr(node, f.name) for f in fields(Node)})
 
 
 @dataclass(slots=True)

@@ -16,9 +16,11 @@ they need:
 
 While this process checks, the workers already write their ranks' `.et` files (the writer's
 code, into the temporary folder `atomic_set` renames only when the whole set is there); this
-process writes comm_group.json. Any error or warning `api.write` would report discards those
-files and brings every rank here, where the set is gated and written as a local run does, so
-the messages are the same too. A log's partial rank set (some ranks of a job: the note I024)
+process writes comm_group.json. When memory is short (the workers let go of their ranks,
+`per_rank.LetGo`), they write once the checks are done instead: this process's peak (the
+deadlock dry run) and theirs (building a rank to write it) would add up. Any error or warning
+`api.write` would report discards those files and brings every rank here, where the set is
+gated and written as a local run does, so the messages are the same too. A log's partial rank set (some ranks of a job: the note I024)
 keeps them: the note names only the ranks present and the job's size, so this process warns
 as the gate does (W025). A worker lost on the way fails the run with one error and nothing
 written.
@@ -28,18 +30,20 @@ from __future__ import annotations
 
 import contextlib
 from array import array
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 from pathlib import Path
+from typing import Callable
 
 from . import progress
 from .builders import per_rank
 from .builders.one_rank import demote_in_rank, record_demoted, warn_if_kept
 from .diagnostics import Diagnostics
-from .model import (COMM_KINDS, NO_CTRL_DEPS, CollType, ExecutionTrace, Node, NodeKind, Rank, SharedArgs, SharedDeps,
-                    SkeletonNode)
+from .model import (COMM_KINDS, NO_CTRL_DEPS, CollType, ExecutionTrace, Node, NodeKind, Rank, SharedArgs,
+                    SharedDeps)
 from .options import Options
 from .validate import warn_partial_set
 from .validate.findings import ERROR, WARNING, Finding
@@ -86,15 +90,26 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
 
 def _write_if_clean(trace: ExecutionTrace, output: Path, options: Options, diagnostics: Diagnostics,
                     workers: per_rank.Workers, checked: list[RankFacts]) -> None:
-    """The workers write their ranks' files while this process checks `trace`'s skeletons."""
+    """The workers write their ranks' files while this process checks `trace`'s skeletons, or
+    after when memory is short."""
     parent = Path(output).parent
     made = [d for d in (parent, *parent.parents) if not d.exists()]  # by atomic_set, deepest first
     try:
         with atomic_set(Path(output)) as tmpdir:
-            written = workers.each_rank_later(chakra.write_rank_file, chakra.rank_file_job(trace, output, tmpdir),
-                                              "writing")
-            notes = _cross_rank_notes(trace, options) if all(facts.clean for facts in checked) else None
-            counts = written()
+            def write() -> Callable[[], list]:
+                return workers.each_rank_later(chakra.write_rank_file, chakra.rank_file_job(trace, output, tmpdir),
+                                               "writing")
+
+            def check() -> list[Finding] | None:
+                return _cross_rank_notes(trace, options) if all(facts.clean for facts in checked) else None
+
+            if workers.holding:  # the workers write while this process checks
+                written = write()
+                notes = check()
+                counts = written()
+            else:  # memory is short: the checks' peak here and the workers' writing would add up
+                notes = check()
+                counts = write()() if notes is not None else None
             if notes is None:
                 raise Reported
             warn_if_kept(trace, diagnostics)
@@ -259,6 +274,17 @@ def _checked_args(nodes: list[Node]) -> list[tuple | None]:
             for args in map(attrgetter("args"), nodes)]
 
 
+NONE = -128  # None in an int column: the least value of the smallest array type, held by every type
+# A skeleton's kind and coll columns' codes (NONE for None; None itself where a column is a list)
+KINDS_BY_CODE = {int(kind): kind for kind in NodeKind}
+COLLS_BY_CODE = {None: None, NONE: None, **{int(coll): coll for coll in CollType}}
+_DECODED = {"kind": KINDS_BY_CODE, "coll": COLLS_BY_CODE}
+# Int fields whose values repeat within a rank (a log's durations: the deadlock dry run holds them)
+_FEW_VALUES = ("duration_ns", "size")
+# The fields a skeleton keeps in tables of distinct values: (table, index) attributes
+_TABLED = {"name": ("names", "name_at"), "stream": ("streams", "stream_at"), "args": ("args", "args_at")}
+
+
 class Skeleton:
     """A rank's communication nodes as columns: the int fields in arrays, dependencies flat
     with a count per node, names, streams and args as indices into tables of their distinct
@@ -280,41 +306,133 @@ class Skeleton:
             self.tables.append(table)
             self.indices.append(_int_column(map({value: i for i, value in enumerate(table)}.__getitem__, column)))
 
-    def nodes(self, shared: "SharedValues | None" = None) -> list[SkeletonNode]:
-        """The nodes again, as `SkeletonNode`s (no sources, attributes or IO info: the checks
-        here read none of them). Equal values are one object each (ints, args as read-only `SharedArgs`, empty
-        deps and ctrl_deps as the read-only `NO_CTRL_DEPS`): the nodes are for reading. With
-        `shared`, ids (those of dependencies and parents too), sizes, microbatches and equal dependencies
-        (read-only `SharedDeps`) are one object each across the skeletons that use it."""
+    def nodes(self, shared: "SharedValues | None" = None) -> "SkeletonNodes":
+        """The nodes again, as `SkeletonNode`s made when read, that read their fields from these
+        columns (no sources, attributes or IO info: the checks here read none of them). Here,
+        their ids and dependencies are made once (the ids as ints of one object per value, the
+        dependencies as one read-only `SharedDeps` per distinct list: with `shared`, across the
+        skeletons that use it), and their distinct args once (read-only `SharedArgs`)."""
         shared = shared or SharedValues()
-        ids, kinds, durations, colls, sizes, groups, peers, tags, starts, parents, microbatches = (
-            _values(column) for column in self.ints)
         one = shared.ints.setdefault
-        # (microbatches too: past 256, each node's would be an int of its own, 28 bytes)
-        ids, sizes, parents, microbatches = ([one(v, v) for v in column]
-                                             for column in (ids, sizes, parents, microbatches))
-        same = {}.setdefault  # durations: equal within a rank, seldom across measured ranks
-        durations = [same(v, v) for v in durations]
-        deps = shared.deps_of([one(d, d) for d in _values(self.deps)], self.dep_counts)
-        name_table, stream_table, args_table = self.tables
-        args_table = [SharedArgs((key, value) for key, value in zip(CHECKED_ARGS, values or ()) if value is not None)
-                      for values in args_table]
-        names, streams, args = ([table[i] for i in index]
-                                for table, index in zip((name_table, stream_table, args_table), self.indices))
-        return [
-            SkeletonNode(id, name, KINDS[kind], duration, dep, COLLS[coll], size, group, peer, tag, start, stream, parent,
-                         microbatch, arg)
-            for id, kind, duration, coll, size, group, peer, tag, start, parent, microbatch, dep, name, stream, arg
-            in zip(ids, kinds, durations, colls, sizes, groups, peers, tags, starts, parents, microbatches, deps,
-                   names, streams, args)
-        ]
+        self.node_ids = [one(v, v) for v in _values(self.ints[0])]
+        self.node_deps = shared.deps_of([one(d, d) for d in _values(self.deps)], self.dep_counts)
+        # (an int column of a rank is a list where no array holds it: there None is None)
+        self.none_coded = [isinstance(column, array) and NONE in column for column in self.ints]
+        self.names, self.streams = self.tables[:2]
+        self.name_at, self.stream_at, self.args_at = self.indices
+        self.args = [SharedArgs((key, value) for key, value in zip(CHECKED_ARGS, values or ()) if value is not None)
+                     for values in self.tables[2]]
+        return SkeletonNodes(self)
+
+    def column(self, name: str) -> list:
+        """Every node's value of the field `name`, as `[getattr(node, name) for node in nodes]`
+        gives them but read from the columns (`scheduler.columns.columns` asks for them)."""
+        if name == "id":
+            return list(self.node_ids)
+        if name == "deps":
+            return list(self.node_deps)
+        if name in _TABLED:
+            table, index = (getattr(self, attribute) for attribute in _TABLED[name])
+            return list(map(table.__getitem__, index))
+        if name in Skeleton.INTS:
+            k = Skeleton.INTS.index(name)
+            column = self.ints[k]
+            values = column.tolist() if isinstance(column, array) else list(column)
+            if self.none_coded[k]:
+                values = list(map(_NONE_AS_NONE.get, values, values))
+            elif name in _FEW_VALUES:  # one int object per value, not per node, while the caller holds them
+                values = list(map({}.setdefault, values, values))
+            decoded = _DECODED.get(name)
+            return values if decoded is None else list(map(decoded.__getitem__, values))
+        return [getattr(SkeletonNode, name)] * len(self.node_ids)  # a constant (ctrl_deps, source...)
+
+
+class SkeletonNodes(Sequence):
+    """A skeleton's nodes (`Skeleton.nodes`), each made when it is read: the checks read most
+    fields a column at a time (`column`, which `scheduler.columns.columns` asks for), and a
+    few nodes at a time."""
+
+    __slots__ = ("skeleton", "column", "count")
+
+    def __init__(self, skeleton: Skeleton):
+        self.skeleton, self.column, self.count = skeleton, skeleton.column, len(skeleton.node_ids)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, at):
+        if isinstance(at, slice):
+            return list(map(SkeletonNode, repeat(self.skeleton), range(*at.indices(self.count))))
+        if at < 0:
+            at += self.count
+        if not 0 <= at < self.count:
+            raise IndexError("skeleton node index out of range")
+        return SkeletonNode(self.skeleton, at)
+
+    def __iter__(self):
+        return map(SkeletonNode, repeat(self.skeleton, self.count), range(self.count))
+
+
+def _int_field(k: int, decoded=None) -> property:
+    """A `SkeletonNode`'s field read from its skeleton's k-th int column (`Skeleton.INTS`),
+    None where the column holds `NONE` for it, then through `decoded` (a dict) if given."""
+    def read(node):
+        of = node.of
+        value = of.ints[k][node.at]
+        if value == NONE and of.none_coded[k]:
+            value = None
+        return value if decoded is None else decoded[value]
+    return property(read)
+
+
+class SkeletonNode:
+    """A communication node of a rank's skeleton (`Skeleton.nodes`: what the cross-rank checks
+    read of a Chakra set the workers write; the model `api.convert` returns then): a `Node`'s
+    fields, read-only, each read from the skeleton's columns when asked for. The fields a
+    skeleton node never has are constants (no control dependencies, source, attributes or IO
+    info). It holds only its skeleton and its position, and is made when read: benchmark 6's
+    client held 119 MB for its 538,000 skeleton nodes as objects with a slot per field and the
+    ints they hold, 26 MB so (ids and dependencies)."""
+
+    __slots__ = ("of", "at")
+
+    def __init__(self, of: Skeleton, at: int):
+        self.of, self.at = of, at
+
+    _, kind, duration_ns, coll, size, group, peer, tag, start_ns, parent, microbatch = (
+        _int_field(k, _DECODED.get(name)) for k, name in enumerate(Skeleton.INTS))
+    id = property(lambda node: node.of.node_ids[node.at])
+    deps = property(lambda node: node.of.node_deps[node.at])
+    name = property(lambda node: node.of.names[node.of.name_at[node.at]])
+    stream = property(lambda node: node.of.streams[node.of.stream_at[node.at]])
+    args = property(lambda node: node.of.args[node.of.args_at[node.at]])
+    ctrl_deps = NO_CTRL_DEPS
+    source = attrs = inputs = outputs = None
+    is_comm = Node.is_comm
+
+    FIELDS = ("id", "name", "kind", "duration_ns", "deps", "coll", "size", "group", "peer", "tag", "start_ns",
+              "stream", "parent", "microbatch", "args")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def __eq__(self, other):
+        if type(other) is not SkeletonNode:
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # (equal by value, as a Node is)
+
+    def __repr__(self) -> str:
+        return "SkeletonNode(" + ", ".join(f"{name}={value!r}" for name, value in zip(self.FIELDS, self._values())) + ")"
 
 
 class SharedValues:
-    """What the skeleton nodes of all ranks share in this process. Ranks of one role have the
-    same ids and dependencies (measured ranks differ in times, not in structure): one int per
-    id and one read-only list per distinct dependencies instead of one per node. Benchmark 8's
-    client held 444 MB once its 1.07 M skeleton nodes were made, 339 MB so (98 bytes a node)."""
+    """What the skeletons of all ranks share in this process. Ranks of one role have the same
+    ids and dependencies (measured ranks differ in times, not in structure): one int per id and
+    one read-only list per distinct dependencies instead of one per node. Benchmark 8's client
+    held 444 MB once its 1.07 M skeleton nodes were made, 339 MB so (98 bytes a node, when each
+    was an object with a slot per field)."""
 
     def __init__(self):
         self.ints: dict[int, int] = {}
@@ -343,9 +461,6 @@ class SharedValues:
         return out
 
 
-NONE = -128  # None in an int column: the least value of the smallest array type, held by every type
-
-
 def _int_column(values) -> "array | list":
     """Ints and Nones in the smallest array type that holds them: the arrays of a 184 MB set's
     skeletons stay in this process's heap once freed. A list (None as None) for values no int64
@@ -370,15 +485,14 @@ def _smallest_array(values: list) -> array | None:
     return None
 
 
+_NONE_AS_NONE = {NONE: None}
+
+
 def _values(column: "array | list") -> list:
     if not isinstance(column, array):
         return column
     values = column.tolist()
-    return [None if v == NONE else v for v in values] if NONE in column else values
-
-
-KINDS = {int(kind): kind for kind in NodeKind}
-COLLS = {None: None, **{int(coll): coll for coll in CollType}}
+    return list(map(_NONE_AS_NONE.get, values, values)) if NONE in column else values  # (in C: a column is 100,000s)
 
 
 def from_skeleton(facts: RankFacts, shared: SharedValues | None = None) -> Rank:

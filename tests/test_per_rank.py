@@ -539,7 +539,8 @@ def test_short_of_memory_the_workers_of_logs_keep_none_of_their_files(tmp_path, 
 def test_a_big_set_of_logs_goes_to_chakra_through_the_workers_without_jobs(tmp_path, monkeypatch):
     # one process would hold every node; the workers route holds skeletons and one rank at a time
     from converters import api
-    from converters.model import Node, SkeletonNode
+    from converters.model import Node
+    from converters.rank_files import SkeletonNode
 
     paths = clean_logs(tmp_path)
     size = sum(p.stat().st_size for p in paths)

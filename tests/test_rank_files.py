@@ -165,9 +165,9 @@ def test_skeletons_of_ranks_of_one_role_share_ids_and_dependencies_in_the_client
     # ranks of one role differ in times, not in structure: their skeleton nodes share each id
     # and each list of dependencies (one object, read-only), and still equal what was sent
     import pickle
-    import sys
 
-    from converters.model import SharedDeps, SkeletonNode
+    from converters.model import SharedDeps, plain
+    from converters.rank_files import SkeletonNode, SkeletonNodes
 
     def rank(r: int, offset: int) -> Rank:
         return Rank(r, nodes=[
@@ -179,16 +179,21 @@ def test_skeletons_of_ranks_of_one_role_share_ids_and_dependencies_in_the_client
     shared = rank_files.SharedValues()
     a, b = (from_skeleton(RankFacts(Rank(r), pickle.loads(pickle.dumps(skeleton(rank(r, 3 * r)))), True, 0, ""), shared).nodes
             for r in (0, 1))
-    assert [(n.id, n.deps, n.duration_ns, n.start_ns) for n in b] == [
-        (1000, [], 8, 3), (1001, [1000], 7, 12), (1002, [1000, 1001], 0, 23)]
-    assert all(x.id is y.id and x.deps is y.deps and x.size is y.size for x, y in zip(a, b))
-    assert a[0].microbatch is b[0].microbatch == 300
+    assert [(n.id, n.deps, n.duration_ns, n.start_ns, n.microbatch) for n in b] == [
+        (1000, [], 8, 3, 300), (1001, [1000], 7, 12, None), (1002, [1000, 1001], 0, 23, None)]
+    assert all(x.id is y.id and x.deps is y.deps for x, y in zip(a, b))
     assert b[1].deps[0] is b[0].id  # a dependency is the id object it names
     assert all(type(n.deps) is SharedDeps for n in b[1:])
-    # a skeleton node has no slots for what it never holds: 40 bytes less than a Node
+    # the nodes are made when read, from the skeleton's columns: no object per node is kept
+    assert type(b) is SkeletonNodes and len(b) == 3 and b[0] is not b[0] and b[0] == b[0] != b[1]
     assert type(b[0]) is SkeletonNode and (b[0].ctrl_deps, b[0].source, b[0].attrs) == ([], None, None)
-    assert sys.getsizeof(b[0]) + 40 <= sys.getsizeof(Node(0, "", NodeKind.SEND))
-    assert replace(b[0], kind=NodeKind.RECV).kind is NodeKind.RECV  # the deadlock check's stand-ins
+    assert [n.id for n in b[1:]] == [n.id for n in b[-2:]] == [1001, 1002] and b[-3].id == 1000
+    with pytest.raises(IndexError):
+        b[3]
+    with pytest.raises(AttributeError):
+        b[0].size = 5  # read-only
+    stand_in = replace(plain(b[0]), kind=NodeKind.RECV)  # the deadlock check's stand-ins
+    assert type(stand_in) is Node and stand_in.kind is NodeKind.RECV and stand_in.size == 4096 and stand_in.id == 1000
     with pytest.raises(TypeError, match="shared by many nodes"):
         b[2].deps.append(5)
     assert pickle.loads(pickle.dumps(b[2].deps)) == [1000, 1001]
@@ -241,6 +246,15 @@ def test_a_skeleton_gives_back_its_nodes_with_the_checked_args(nodes):
     fields = ("id", "name", "kind", "duration_ns", "deps", "coll", "size", "group", "peer", "tag", "start_ns",
               "stream", "parent", "microbatch")
     assert [tuple(getattr(n, f) for f in fields) for n in back] == [tuple(getattr(n, f) for f in fields) for n in nodes]
+    # a column at a time, as the checks read them, and at places, and told apart as the C does
+    from converters.scheduler.columns import _native_distinct, columns, columns_at, distinct_at
+
+    assert list(columns(back, fields + ("args", "ctrl_deps", "source"))) == [
+        [getattr(n, f) for n in back] for f in fields + ("args", "ctrl_deps", "source")]
+    places = [i for i in range(len(nodes)) if i % 2 == 0]
+    assert list(columns_at(back, ("size", "group", "kind"), places)) == list(columns_at(nodes, ("size", "group", "kind"), places))
+    if _native_distinct is not None:
+        assert distinct_at(back, ("group", "coll", "size"), places) == _native_distinct(nodes, ("group", "coll", "size"), places)
     assert [n.args for n in back] == [{k: n.args[k] for k in CHECKED_ARGS if n.args.get(k) is not None} for n in nodes]
     assert all(n.ctrl_deps == [] and n.source is None for n in back)
 

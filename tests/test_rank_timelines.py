@@ -15,7 +15,8 @@ from conftest import SAMPLES, run_cli
 from converters import rank_timelines
 from converters.diagnostics import Diagnostics, InputError
 from converters.builders import megatron
-from converters.model import NodeKind, SkeletonNode
+from converters.model import NodeKind
+from converters.rank_files import SkeletonNode
 from converters.options import Options
 from helpers.megatron_synth import replace_in_op, write_run
 

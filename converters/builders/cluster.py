@@ -38,9 +38,10 @@ class DaskWorkers(per_rank.Workers):
         self.paths = [unit.path for unit in units]  # (what messages name)
         count = len(units)
         remote = [per_rank.Unit(unit.path.resolve(), unit.share) for unit in units]  # workers elsewhere open these
+        hold = self._hold(units, workers, streaming, all_or_none)
+        self.holding = all(hold)
         self.state = self.client.map(_gc_paused, [per_rank.surveyed] * count, [fmt] * count, remote, [options] * count,
-                                     [str(p) for p in self.paths], self._hold(units, workers, streaming, all_or_none),
-                                     pure=False)
+                                     [str(p) for p in self.paths], hold, pure=False)
 
     def _hold(self, units: list, workers: list, streaming: bool, all_or_none: bool = False) -> list[bool]:
         """Which files keep their parts: Dask chooses the worker of each, so the files in the

@@ -24,6 +24,7 @@ import operator
 from dataclasses import replace
 from itertools import compress, count, repeat
 from operator import attrgetter
+from typing import Iterable
 
 from ..diagnostics import Diagnostics
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
@@ -31,7 +32,6 @@ from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
 ASSUMPTION = ("Collectives of one-member groups are kept as compute nodes with their measured time, or left "
               "out when they took no time: NCCL returns from them at once, ASTRA-sim never completes them.")
 
-_KIND, _GROUP, _COLL = attrgetter("kind"), attrgetter("group"), attrgetter("coll")
 KEPT = "one_rank_collectives_kept"  # trace.metadata key: {"count", "first": source of the first}
 
 # Chakra attributes that only make sense on a communication node.
@@ -49,9 +49,22 @@ def one_rank_collectives(trace: ExecutionTrace, nodes: list[Node], rank: Rank) -
     if not singles:
         return []  # the usual case: no node needs a look (a measured set has hundreds of thousands)
     # in C (a log's rank has hundreds of thousands of nodes): the collectives, then their groups
-    collectives = list(compress(count(), map(operator.is_, map(_KIND, nodes), repeat(NodeKind.COLLECTIVE))))
-    of_rank = _GROUP if rank.group_map is None else rank.group_of
-    return list(compress(collectives, map(singles.__contains__, map(of_rank, map(nodes.__getitem__, collectives)))))
+    collectives = list(compress(count(), map(operator.is_, _column(nodes, "kind"), repeat(NodeKind.COLLECTIVE))))
+    groups = list(_column(nodes, "group", collectives))
+    if rank.group_map is not None:
+        groups = map(rank.group_map.get, groups, groups)  # (`rank.group_of`; None maps to None)
+    return list(compress(collectives, map(singles.__contains__, groups)))
+
+
+def _column(nodes: list[Node], name: str, places: list[int] | None = None) -> Iterable:
+    """Every node's `name` (or those at `places`): from the columns of a node list that keeps
+    them (a skeleton's, `rank_files.SkeletonNodes`), else read node after node (in C, by `map`).
+    (Not `scheduler.columns`: a conversion that runs no scheduler does not import it.)"""
+    column = getattr(nodes, "column", None)
+    if column is not None:
+        values = column(name)
+        return values if places is None else map(values.__getitem__, places)
+    return map(attrgetter(name), nodes if places is None else map(nodes.__getitem__, places))
 
 
 def one_member_groups(trace: ExecutionTrace) -> set[int | None]:
@@ -71,7 +84,7 @@ def gathers_too_small(trace: ExecutionTrace, nodes: list[Node], rank: Rank) -> l
     out = []
     gather = CollType.ALL_GATHER
     # the collective types alone first (in C): all-gathers are a few of the nodes
-    for i in list(compress(count(), map(operator.is_, map(_COLL, nodes), repeat(gather)))):
+    for i in list(compress(count(), map(operator.is_, _column(nodes, "coll"), repeat(gather)))):
         node = nodes[i]
         if node.kind is NodeKind.COLLECTIVE and node.size > 0:
             members = trace.group_size(rank.group_of(node))

@@ -60,7 +60,7 @@ from typing import Any, Iterator
 from ..diagnostics import InputError
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
 from ..positions import positions
-from .columns import columns
+from .columns import columns, distinct_at
 from .deadlock import MAX_CHAIN, Deadlock, Wait, wait_chain
 from .network import Network, ring_distance, ring_hops
 from .quotient import WORLD, Quotient
@@ -491,10 +491,10 @@ class Engine:
         for the summary its traffic class (summary._gather_traffic's gathering by group and
         type; -1 for a receive) and bytes. (positions, row of each, rows), and the first node
         of each class. Collectives alike in group, collective and size share a row: a log's
-        are nearly every node, and _loop.distinct tells them apart without a Python step each."""
+        are nearly every node, and distinct_at tells them apart without a Python step each."""
         nodes, types = prog.nodes, prog.types
         colls = indices(types, IS_COLL)
-        index, leaders = _loop.distinct(nodes, ("group", "coll", "size"), colls)
+        index, leaders = distinct_at(nodes, ("group", "coll", "size"), colls)
         rows: list[tuple[int, int, int, int, int]] = []
         first: list[int] = []
         by_group: dict[Any, tuple] = {}  # node.group -> (number, needed, costs, coll_info, class)

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import compress
-from operator import attrgetter, lt
+from operator import lt
 from typing import Any
 
 from ..model import ExecutionTrace, NodeKind, Rank
 from .columns import columns as read_columns
+from .columns import columns_at
 from .network import ring_distance, ring_hops
 
 WORLD = ("world",)
@@ -57,7 +58,7 @@ def _talk_places(nodes) -> tuple[list[int], list[int]]:
     """Places of the collectives and of the sends and receives, ascending (C-level scans of
     one byte per node when the kinds are NodeKind values)."""
     try:
-        kinds = bytes([n.kind for n in nodes])
+        kinds = bytes(read_columns(nodes, ("kind",))[0])
     except (ValueError, TypeError):  # a kind that is no NodeKind
         comm = [i for i, node in enumerate(nodes) if node.is_comm]
         return ([i for i in comm if nodes[i].kind == NodeKind.COLLECTIVE],
@@ -115,8 +116,9 @@ def find_quotient(trace: ExecutionTrace, ring_size: int | None = None) -> Quotie
     for members in classes_of_ranks:
         rep = members[0]
         colls, p2ps = _talk_places(rep.nodes)
-        rep_groups = [rep.nodes[i].group for i in colls]
-        rep_peers = [_peer_key(rep.nodes[i]) for i in p2ps]
+        rep_groups, = columns_at(rep.nodes, ("group",), colls)
+        kinds, peers, tags = columns_at(rep.nodes, ("kind", "peer", "tag"), p2ps)
+        rep_peers = list(zip(map(int, kinds), peers, tags))  # a send's or receive's (kind, peer, tag)
         groups = set(rep_groups)
         peers = set(rep_peers)
         raw_groups.append(sorted(groups, key=_raw_order))
@@ -293,14 +295,14 @@ def _merge_equal_programs(lists: list[list[Rank]]) -> list[list[Rank]]:
     by_head: dict[tuple, list[list[Rank]]] = {}
     for members in lists:
         nodes = members[0].nodes
-        by_head.setdefault((len(nodes), tuple(map(_DURATION, nodes[:_HEAD]))), []).append(members)
+        by_head.setdefault((len(nodes), tuple(read_columns(nodes[:_HEAD], ("duration_ns",))[0])), []).append(members)
     for alike in by_head.values():
         if len(alike) == 1:
             merged.extend(alike)
             continue
         by_durations: dict[tuple, list[list[Rank]]] = {}
         for members in alike:
-            by_durations.setdefault(tuple(map(_DURATION, members[0].nodes)), []).append(members)
+            by_durations.setdefault(tuple(read_columns(members[0].nodes, ("duration_ns",))[0]), []).append(members)
         for candidates in by_durations.values():
             if len(candidates) == 1:
                 merged.extend(candidates)
@@ -355,7 +357,6 @@ def _rebased(base, columns: tuple) -> tuple:
     return (relative, kinds, [[d - base for d in dl] for dl in deps] if base else deps, *rest)
 
 
-_DURATION = attrgetter("duration_ns")  # (a column read by map in C, not by a comprehension's step per node)
 
 
 def _zip_views(rank: Rank, colls: list[int], rep_groups: list, p2ps: list[int], rep_peers: list[tuple]):
@@ -367,20 +368,16 @@ def _zip_views(rank: Rank, colls: list[int], rep_groups: list, p2ps: list[int], 
     value, the rank's raw value) is looked at once, in the order the pairs first appear."""
     nodes = rank.nodes
     groups: dict[Any, Any] = {}
-    for raw, mine in dict.fromkeys(zip(rep_groups, [nodes[i].group for i in colls])):
+    for raw, mine in dict.fromkeys(zip(rep_groups, columns_at(nodes, ("group",), colls)[0])):
         gid = _real_group(rank, mine)
         if groups.setdefault(raw, gid) != gid:
             return None
     peers: dict[tuple, Any] = {}
-    for key, mine in dict.fromkeys(zip(rep_peers, [nodes[i].peer for i in p2ps])):
+    for key, mine in dict.fromkeys(zip(rep_peers, columns_at(nodes, ("peer",), p2ps)[0])):
         real = _real_peer(rank, mine)
         if peers.setdefault(key, real) != real:
             return None
     return groups, peers
-
-
-def _peer_key(node) -> tuple:
-    return (int(node.kind), node.peer, node.tag)
 
 
 def _raw_order(value):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..scheduler.columns import columns_at
 from .context import Context
 from .findings import Finding, format_bytes, rank_words
 
@@ -31,16 +32,16 @@ def check_collectives(ctx: Context) -> list[Finding]:
     for shared in ctx.shared:
         by_rep: dict[int | None, tuple[list[int], list[int]]] = {}
         nodes = shared.nodes
-        for i in shared.colls:
-            node = nodes[i]
-            key = (node.coll, node.size, node.args.get("dtype") if node.args else None)
+        types, sizes, args, groups = columns_at(nodes, ("coll", "size", "args", "group"), shared.colls)
+        for i, coll, size, node_args, group in zip(shared.colls, types, sizes, args, groups):
+            key = (coll, size, node_args.get("dtype") if node_args else None)
             code = interned.get(key)
             if code is None:
                 code = interned[key] = len(described)
                 described.append(key)
-            lists = by_rep.get(node.group)
+            lists = by_rep.get(group)
             if lists is None:  # (not setdefault: its default would be two new lists per node)
-                lists = by_rep[node.group] = ([], [])
+                lists = by_rep[group] = ([], [])
             lists[0].append(code)
             lists[1].append(i)
         frozen = {rep: _Seq(tuple(k), ix, nodes) for rep, (k, ix) in by_rep.items()}

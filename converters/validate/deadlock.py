@@ -19,7 +19,7 @@ from itertools import chain
 
 from ..builders.one_rank import gathers_too_small, one_rank_collectives
 from ..diagnostics import InputError
-from ..model import ExecutionTrace, Node, NodeKind
+from ..model import ExecutionTrace, Node, NodeKind, plain
 from ..scheduler.deadlock import Deadlock, Wait
 from .context import Context
 from .findings import Finding
@@ -85,7 +85,7 @@ def _never_completing(nodes: list[Node], positions: list[int]) -> list[Node]:
     for i in positions:
         node = nodes[i]
         what = f"{node.coll.name if node.coll is not None else 'collective'} of {node.size} B"
-        out[i] = replace(node, kind=NodeKind.RECV, coll=None, tag=-1 - node.id, size=max(node.size, 1),
+        out[i] = replace(plain(node), kind=NodeKind.RECV, coll=None, tag=-1 - node.id, size=max(node.size, 1),
                          args={"never_completes": what})
     return out
 

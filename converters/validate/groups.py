@@ -6,7 +6,7 @@ from collections import Counter
 
 from ..builders.one_rank import gathers_too_small, one_rank_collectives
 from ..model import ExecutionTrace, Node
-from ..scheduler.columns import columns
+from ..scheduler.columns import columns_at
 from .context import SIMULATOR_FORMATS, Context, SharedList
 from .findings import Finding, format_ranks, rank_words
 
@@ -26,7 +26,7 @@ def used_groups(ctx: Context) -> dict[int, tuple[list[int], Node, int]]:
     for shared in ctx.shared:
         nodes = shared.nodes
         comm = (*shared.colls, *shared.sends, *shared.recvs)
-        groups, = columns(list(map(nodes.__getitem__, comm)), ("group",))  # (counted in C: logs are mostly these)
+        groups, = columns_at(nodes, ("group",), comm)  # (counted in C: logs are mostly these)
         counts = Counter(groups)
         per_rep = {gid: (nodes[comm[groups.index(gid)]], counts[gid]) for gid in dict.fromkeys(groups) if gid is not None}
         for rank in shared.ranks:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import operator
 from itertools import compress, groupby, repeat
 
-from ..model import Node, NodeKind
-from ..scheduler.columns import columns
+from ..model import Node, NodeKind, Rank
+from ..scheduler.columns import columns, columns_at
 from .context import Context, SharedList
 from .findings import Finding
 
@@ -142,15 +142,16 @@ def _receives_after_sends(ctx: Context) -> list[Finding]:
     recvs: dict[tuple, list[tuple[int, Node]]] = {}
     for shared in ctx.shared:
         nodes = shared.nodes
+        send_columns, recv_columns = (columns_at(nodes, ("peer", "tag", "start_ns"), places)
+                                      for places in (shared.sends, shared.recvs))
         for rank in shared.ranks:
-            for i in shared.sends:
-                n = nodes[i]
-                if n.start_ns is not None:
-                    sends.setdefault((rank.rank, rank.peer_of(n), n.tag), []).append(n)
-            for i in shared.recvs:
-                n = nodes[i]
-                if n.start_ns is not None:
-                    recvs.setdefault((rank.peer_of(n), rank.rank, n.tag), []).append((rank.rank, n))
+            peer_of = _peer_view(rank)
+            for i, peer, tag, start in zip(shared.sends, *send_columns):
+                if start is not None:
+                    sends.setdefault((rank.rank, peer_of(peer, peer), tag), []).append(nodes[i])
+            for i, peer, tag, start in zip(shared.recvs, *recv_columns):
+                if start is not None:
+                    recvs.setdefault((peer_of(peer, peer), rank.rank, tag), []).append((rank.rank, nodes[i]))
     # (a, b) with a < b -> [upper bound on clock_b − clock_a, lower bound, worst a→b, worst b→a]
     bounds: dict[tuple[int, int], list] = {}
     for key, received in recvs.items():
@@ -191,6 +192,15 @@ def _receives_after_sends(ctx: Context) -> list[Finding]:
     return findings
 
 
+def _peer_view(rank: Rank):
+    """`rank.peer_of` for a node's peer `p`, as `peer_of(p, p)`."""
+    return _same if rank.peer_map is None else rank.peer_map.get
+
+
+def _same(value, default):
+    return value
+
+
 def _bandwidth(ctx: Context) -> list[Finding]:
     first: Node | None = None
     first_rank = None
@@ -199,12 +209,13 @@ def _bandwidth(ctx: Context) -> list[Finding]:
     for shared in ctx.shared:
         nodes = shared.nodes
         # Receives are left out: one whose data was already there may finish almost at once.
-        for i in (*shared.sends, *shared.colls):
-            n = nodes[i]
-            if n.duration_ns <= 0 or n.size <= 0 or n.start_ns is None:
+        places = [*shared.sends, *shared.colls]
+        for i, duration, size, start in zip(places, *columns_at(nodes, ("duration_ns", "size", "start_ns"), places)):
+            if duration <= 0 or size <= 0 or start is None:
                 continue
-            gbps = n.size / n.duration_ns
+            gbps = size / duration
             if gbps > MAX_GBPS:
+                n = nodes[i]
                 if n.kind == NodeKind.COLLECTIVE and _group_size(ctx, shared.ranks[0].group_of(n)) <= 1:
                     continue  # a one-member collective moves nothing
                 count += len(shared.ranks)
