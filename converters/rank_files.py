@@ -17,13 +17,17 @@ they need:
 While this process checks, the workers already write their ranks' `.et` files (the writer's
 code, into the temporary folder `atomic_set` renames only when the whole set is there); this
 process writes comm_group.json. When memory is short (the workers let go of their ranks,
-`per_rank.LetGo`), they write once the checks are done instead: this process's peak (the
-deadlock dry run) and theirs (building a rank to write it) would add up. Any error or warning
-`api.write` would report discards those files and brings every rank here, where the set is
-gated and written as a local run does, so the messages are the same too. A log's partial rank set (some ranks of a job: the note I024)
-keeps them: the note names only the ranks present and the job's size, so this process warns
-as the gate does (W025). A worker lost on the way fails the run with one error and nothing
-written.
+`per_rank.LetGo`), a worker writes each rank's file in the step that checks it instead: the
+rank is built once for both, and this process's peak (the deadlock dry run) comes after the
+workers' (building a rank), not with it. The metadata every rank carries is known only once
+every rank is checked (the ranks, the one-member-collective pass's assumption, the inputs'
+sha256): this process then writes it into each file (`chakra.rewrite_common_metadata`).
+
+Any error or warning `api.write` would report discards those files and brings every rank here,
+where the set is gated and written as a local run does, so the messages are the same too. A
+log's partial rank set (some ranks of a job: the note I024) keeps them: the note names only
+the ranks present and the job's size, so this process warns as the gate does (W025). A worker
+lost on the way fails the run with one error and nothing written.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ from functools import partial
 from itertools import chain, repeat
 from operator import attrgetter
 from pathlib import Path
-from typing import Callable
 
 from . import progress
 from .builders import per_rank
@@ -65,20 +68,35 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
     communication skeleton when the workers wrote the files). `finish_read(trace)` does what
     `api.read` does after a load, but the one-member-collective pass (done on the workers);
     `finish_read.workers_started()` is called once the workers run (`api._AfterWorkersLoad`)."""
-    # (a clean set's ranks are built twice, checked then written: the workers keep every file or none)
+    # (the workers keep every file or none: a clean set's ranks kept are checked, then written
+    # while this process checks the set; those let go of are built once to be checked and written)
     with per_rank.start_workers(fmt, paths, options, streaming=True, all_or_none=True) as workers:
         finish_read.workers_started()
-        with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
-            trace = workers.keep_parts(diagnostics).trace
-            # each skeleton's nodes made here as it comes in, while the workers check their other ranks
-            checked = workers.each_rank(_finish_and_check, (replace(trace, ranks={}), options), "checking",
-                                        change=_demote, each=partial(from_skeleton, shared=SharedValues()))
-        record_demoted(trace, checked)
-        trace.ranks = {facts.rank.rank: facts.rank for facts in checked}
-        finish_read(trace)
+        trace = _trace_of(workers, paths, diagnostics)
         try:
-            with progress.bar(f"checking the set, the workers writing {output} (chakra)"):
-                _write_if_clean(trace, output, options, diagnostics, workers, checked)
+            with _set_folder(output) as tmpdir:
+                if workers.holding:
+                    checked = _checked(trace, workers, options, finish_read)
+                    job = chakra.rank_file_job(trace, output, tmpdir)
+                    with progress.bar(f"checking the set, the workers writing {output} (chakra)"):
+                        written = workers.each_rank_later(chakra.write_rank_file, job, "writing")
+                        notes = _set_notes(trace, options, checked)
+                        counts = written()
+                else:  # memory is short: built once, each rank's file is written in the step that checks it
+                    # (with the metadata every rank carries as known before: set again once it is known)
+                    job = chakra.rank_file_job(trace, output, tmpdir)
+                    checked = _checked(trace, workers, options, finish_read, job)
+                    with progress.bar(f"checking the set {output} (chakra)"):
+                        notes = _set_notes(trace, options, checked)
+                    counts = [facts.counts for facts in checked]
+                    if notes is not None:  # the metadata every rank carries, as it is now known
+                        chakra.rewrite_common_metadata(trace, tmpdir, Path(output).name, job)
+                if notes is None:
+                    raise Reported
+                warn_if_kept(trace, diagnostics)
+                for note in notes:  # as the gate says them, in the same place among the warnings
+                    warn_partial_set(note, diagnostics)
+                chakra.finish_set(trace, tmpdir, Path(output).name, counts, diagnostics)
             return trace
         except Reported:
             trace.ranks = dict(zip(trace.ranks, workers.each_rank(per_rank.whole, None, "sending")))
@@ -88,36 +106,42 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, option
     return trace
 
 
-def _write_if_clean(trace: ExecutionTrace, output: Path, options: Options, diagnostics: Diagnostics,
-                    workers: per_rank.Workers, checked: list[RankFacts]) -> None:
-    """The workers write their ranks' files while this process checks `trace`'s skeletons, or
-    after when memory is short."""
+def _trace_of(workers: per_rank.Workers, paths: list[Path], diagnostics: Diagnostics) -> ExecutionTrace:
+    """The model the workers' files join into (no ranks yet: they stay on the workers)."""
+    with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
+        return workers.keep_parts(diagnostics).trace
+
+
+def _checked(trace: ExecutionTrace, workers: per_rank.Workers, options: Options, finish_read,
+             job: tuple | None = None) -> list[RankFacts]:
+    """What the workers found of each rank once they finished and checked it (and wrote its
+    file with `job`, when given: `chakra.rank_file_job`); `trace` then holds each rank's skeleton."""
+    with progress.bar("checking each rank on the workers" + (", writing its file" if job else "")):
+        # each skeleton's nodes made here as it comes in, while the workers check their other ranks
+        shell = replace(trace, ranks={})
+        checked = workers.each_rank(_finish_and_check, (shell, options, job), "checking",
+                                    change=(demote_in_rank, shell), each=partial(from_skeleton, shared=SharedValues()))
+    record_demoted(trace, checked)
+    trace.ranks = {facts.rank.rank: facts.rank for facts in checked}
+    finish_read(trace)
+    return checked
+
+
+def _set_notes(trace: ExecutionTrace, options: Options, checked: list[RankFacts]) -> list[Finding] | None:
+    """`_cross_rank_notes` when every rank's own checks were clean, else None."""
+    return _cross_rank_notes(trace, options) if all(facts.clean for facts in checked) else None
+
+
+@contextlib.contextmanager
+def _set_folder(output: Path):
+    """`atomic_set`'s temporary folder; a refused or failed set leaves no folder behind either."""
     parent = Path(output).parent
     made = [d for d in (parent, *parent.parents) if not d.exists()]  # by atomic_set, deepest first
     try:
         with atomic_set(Path(output)) as tmpdir:
-            def write() -> Callable[[], list]:
-                return workers.each_rank_later(chakra.write_rank_file, chakra.rank_file_job(trace, output, tmpdir),
-                                               "writing")
-
-            def check() -> list[Finding] | None:
-                return _cross_rank_notes(trace, options) if all(facts.clean for facts in checked) else None
-
-            if workers.holding:  # the workers write while this process checks
-                written = write()
-                notes = check()
-                counts = written()
-            else:  # memory is short: the checks' peak here and the workers' writing would add up
-                notes = check()
-                counts = write()() if notes is not None else None
-            if notes is None:
-                raise Reported
-            warn_if_kept(trace, diagnostics)
-            for note in notes:  # as the gate says them, in the same place among the warnings
-                warn_partial_set(note, diagnostics)
-            chakra.finish_set(trace, tmpdir, Path(output).name, counts, diagnostics)
+            yield tmpdir
     except BaseException:
-        for directory in made:  # a refused or failed set leaves no folder behind either
+        for directory in made:
             with contextlib.suppress(OSError):
                 directory.rmdir()
         raise
@@ -125,22 +149,25 @@ def _write_if_clean(trace: ExecutionTrace, output: Path, options: Options, diagn
 
 class RankFacts:
     """What a worker tells about one finished rank: its skeleton (`skeleton`), whether its
-    per-rank checks are clean, the one-member collectives it turned into compute."""
+    per-rank checks are clean, the one-member collectives it turned into compute, and when it
+    wrote the rank's file, what the writer counted (`chakra.write_rank_file`)."""
 
-    def __init__(self, rank: Rank, skeleton: "Skeleton", clean: bool, demoted: int, first: str):
+    def __init__(self, rank: Rank, skeleton: "Skeleton", clean: bool, demoted: int, first: str,
+                 counts: tuple | None = None):
         self.rank, self.skeleton, self.clean, self.demoted, self.first = rank, skeleton, clean, demoted, first
+        self.counts = counts
 
 
-def _finish_and_check(rank: Rank, shell_and_options) -> RankFacts:
-    shell, options = shell_and_options
+def _finish_and_check(rank: Rank, shell_options_job) -> RankFacts:
+    """A rank finished (the one-member-collective pass) and checked; with a job, its file
+    written too when it is clean."""
+    shell, options, job = shell_options_job
     one, demoted, first = demote_in_rank(rank, shell)
     clean = not _reported_by(one, options, PER_RANK_CHECKS)
-    return RankFacts(replace(rank, nodes=[]), skeleton(rank), clean, demoted, first)
-
-
-def _demote(rank: Rank, shell_and_options) -> None:
-    """What `_finish_and_check` changes in a rank."""
-    demote_in_rank(rank, shell_and_options[0])
+    facts = RankFacts(replace(rank, nodes=[]), skeleton(rank), clean, demoted, first)
+    if job is not None and clean:
+        facts.counts = chakra.write_rank_file(rank, job)
+    return facts
 
 
 def _cross_rank_notes(trace: ExecutionTrace, options: Options) -> list[Finding] | None:
@@ -151,8 +178,25 @@ def _cross_rank_notes(trace: ExecutionTrace, options: Options) -> list[Finding] 
     from .validate.timing import check_timing_across_ranks
 
     # timing's overlaps and steps were checked on each whole rank by its worker (PER_RANK_CHECKS)
-    found = _reported(trace, options, CROSS_RANK_CHECKS, {"timing": check_timing_across_ranks})
+    with _columns_kept(trace):
+        found = _reported(trace, options, CROSS_RANK_CHECKS, {"timing": check_timing_across_ranks})
     return None if any(finding.code != PARTIAL_SET for finding in found) else found
+
+
+@contextlib.contextmanager
+def _columns_kept(trace: ExecutionTrace):
+    """While the cross-rank checks run, the skeletons of `trace` keep the columns the checks
+    read again and again (`Skeleton.kept`); after, they let go of them, and this process
+    gives its heap's free pages back (`per_rank.give_back_freed_memory`)."""
+    skeletons = [rank.nodes.skeleton for rank in trace.ranks.values() if isinstance(rank.nodes, SkeletonNodes)]
+    for skeleton in skeletons:
+        skeleton.kept = {}
+    try:
+        yield
+    finally:
+        for skeleton in skeletons:
+            skeleton.kept = None
+        per_rank.give_back_freed_memory()
 
 
 def _reported_by(trace: ExecutionTrace, options: Options, names: tuple[str, ...]) -> bool:
@@ -279,6 +323,10 @@ NONE = -128  # None in an int column: the least value of the smallest array type
 KINDS_BY_CODE = {int(kind): kind for kind in NodeKind}
 COLLS_BY_CODE = {None: None, NONE: None, **{int(coll): coll for coll in CollType}}
 _DECODED = {"kind": KINDS_BY_CODE, "coll": COLLS_BY_CODE}
+# The int fields the cross-rank checks read again and again, in every check and in the dry run's
+# programs and quotient; kept decoded while they run (`_columns_kept`): a list each, of one
+# object per value
+_KEPT = ("kind", "coll", "group", "size", "tag", "peer")
 # Int fields whose values repeat within a rank (a log's durations: the deadlock dry run holds them)
 _FEW_VALUES = ("duration_ns", "size")
 # The fields a skeleton keeps in tables of distinct values: (table, index) attributes
@@ -318,6 +366,7 @@ class Skeleton:
         self.node_deps = shared.deps_of([one(d, d) for d in _values(self.deps)], self.dep_counts)
         # (an int column of a rank is a list where no array holds it: there None is None)
         self.none_coded = [isinstance(column, array) and NONE in column for column in self.ints]
+        self.kept: dict[str, list] | None = None  # decoded columns, kept while the checks run (`_KEPT`)
         self.names, self.streams = self.tables[:2]
         self.name_at, self.stream_at, self.args_at = self.indices
         self.args = [SharedArgs((key, value) for key, value in zip(CHECKED_ARGS, values or ()) if value is not None)
@@ -335,16 +384,24 @@ class Skeleton:
             table, index = (getattr(self, attribute) for attribute in _TABLED[name])
             return list(map(table.__getitem__, index))
         if name in Skeleton.INTS:
-            k = Skeleton.INTS.index(name)
-            column = self.ints[k]
-            values = column.tolist() if isinstance(column, array) else list(column)
-            if self.none_coded[k]:
-                values = list(map(_NONE_AS_NONE.get, values, values))
-            elif name in _FEW_VALUES:  # one int object per value, not per node, while the caller holds them
-                values = list(map({}.setdefault, values, values))
-            decoded = _DECODED.get(name)
-            return values if decoded is None else list(map(decoded.__getitem__, values))
+            if self.kept is None or name not in _KEPT:
+                return self._decoded(name)
+            values = self.kept.get(name)
+            if values is None:
+                values = self.kept[name] = self._decoded(name)
+            return list(values)
         return [getattr(SkeletonNode, name)] * len(self.node_ids)  # a constant (ctrl_deps, source...)
+
+    def _decoded(self, name: str) -> list:
+        k = Skeleton.INTS.index(name)
+        column = self.ints[k]
+        values = column.tolist() if isinstance(column, array) else list(column)
+        if self.none_coded[k]:
+            values = list(map(_NONE_AS_NONE.get, values, values))
+        elif name in _FEW_VALUES:  # one int object per value, not per node, while the caller holds them
+            values = list(map({}.setdefault, values, values))
+        decoded = _DECODED.get(name)
+        return values if decoded is None else list(map(decoded.__getitem__, values))
 
 
 class SkeletonNodes(Sequence):

@@ -79,7 +79,8 @@ def convert(fmt: per_rank.PerRankFormat, paths: list[Path], output: Path, writer
         finish_read.workers_started()
         with progress.bar(f"reading {paths[0].name} and {len(paths) - 1} more on the workers"):
             trace = workers.keep_parts(diagnostics).trace
-            facts = workers.each_rank(_finish_and_measure, replace(trace, ranks={}), "measuring", change=demote_in_rank)
+            shell = replace(trace, ranks={})
+            facts = workers.each_rank(_finish_and_measure, shell, "measuring", change=(demote_in_rank, shell))
         record_demoted(trace, facts)
         trace.ranks = {f.rank.rank: f.rank for f in facts}
         finish_read(trace)

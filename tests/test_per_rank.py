@@ -352,10 +352,52 @@ def test_the_workers_of_a_chakra_set_keep_every_file_or_none_and_write_the_local
     etc.convert(paths, tmp_path / "t.json", diagnostics=Diagnostics(), jobs=2)
     assert holds == [[True, True, False, False]] * 2
     holds.clear()
+    steps = []
+    started = per_rank.ProcessWorkers.start
+    monkeypatch.setattr(per_rank.ProcessWorkers, "start",
+                        lambda self, step, arg, doing: steps.append(doing) or started(self, step, arg, doing))
     there = etc.convert(paths, tmp_path / "there" / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
     assert holds == [[False] * 4] * 2
+    # none kept: each rank is built once to be checked and written (its file then gets the
+    # metadata every rank carries, known only once all are checked: source.ranks, sha256...)
+    assert steps == ["building", "finishing", "checking"]
     assert there.metadata == local.metadata
     assert outputs(tmp_path / "there") == outputs(tmp_path / "here")
+    # all kept: checked, then written while this process checks the set
+    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 1 << 30)
+    steps.clear()
+    etc.convert(paths, tmp_path / "kept" / "w", to="chakra", diagnostics=Diagnostics(), jobs=2)
+    assert steps == ["building", "finishing", "checking", "writing"]
+    assert outputs(tmp_path / "kept") == outputs(tmp_path / "here")
+
+
+@pytest.mark.parametrize("kernel_copy", [True, False], ids=["copy_file_range", "buffer"])
+def test_rank_files_written_before_the_set_was_known_get_its_metadata(tmp_path, monkeypatch, kernel_copy):
+    # what the workers write in the checking step when memory is short: each rank's file with
+    # the metadata known then (no ranks, no sha256, no assumption of the one-member pass yet)
+    import os
+    from dataclasses import replace
+
+    from converters.writers import chakra
+
+    trace = etc.read(clean_logs(tmp_path), diagnostics=Diagnostics())
+    assert trace.assumptions and trace.ranks and trace.source.sha256  # (what the early job lacks)
+    etc.write(trace, tmp_path / "here" / "w", "chakra", diagnostics=Diagnostics())
+    early = replace(trace, ranks={}, assumptions=trace.assumptions[:1], source=replace(trace.source, sha256=""))
+    tmpdir = tmp_path / "there"
+    tmpdir.mkdir()
+    job = chakra.rank_file_job(early, tmpdir / "w", tmpdir)
+    for rank in trace.ranks.values():
+        chakra.write_rank_file(rank, job)
+    assert (tmpdir / "w.0.et").read_bytes() != (tmp_path / "here" / "w.0.et").read_bytes()
+    if not kernel_copy:
+        def refused(*args):
+            raise OSError(18, "Invalid cross-device link")
+
+        monkeypatch.setattr(os, "copy_file_range", refused)
+    chakra.rewrite_common_metadata(trace, tmpdir, "w", job)
+    here = {name: data for name, data in outputs(tmp_path / "here").items() if name.endswith(".et")}
+    assert outputs(tmpdir) == here and len(here) == len(trace.ranks)
 
 
 def test_a_format_that_reads_its_files_again_keeps_a_share_of_the_memory():

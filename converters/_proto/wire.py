@@ -65,7 +65,7 @@ def frames(data: bytes | memoryview, pos: int = 0) -> Iterator[tuple[int, int, i
     while pos < size:
         frame = short_frame(data, pos)  # most messages: a length in one or two bytes, and all there
         if frame is None:
-            length, start = _length_prefix(data, pos)
+            length, start = length_prefix(data, pos)
             if start + length > size:
                 what = "GlobalMetadata" if index == 0 else "Node"
                 raise FramingError(pos, f"truncated {what} message (wanted {length} bytes, {size - start} left)")
@@ -75,7 +75,7 @@ def frames(data: bytes | memoryview, pos: int = 0) -> Iterator[tuple[int, int, i
         index += 1
 
 
-def _length_prefix(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+def length_prefix(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """(length, position after) of the varint length prefix at `pos`."""
     offset, size = pos, len(data)
     length = 0

@@ -215,11 +215,11 @@ def files_to_hold(sizes: list[int], budget: int, alone: list[bool] | None = None
     rank at a time, when memory is short). A file let go of alone is otherwise built as a whole
     at each step: that holds as much as keeping it, for more CPU.
 
-    `all_or_none`: none when some would be let go. For a Chakra set (rank_files.py), whose ranks
-    are built twice at most (checked, then written): a file kept saves one building of its ranks,
-    but its nodes stay while this process holds every rank's skeleton (benchmark 8 → Chakra, 2
-    workers keeping 2 of their 8 logs or none: 596 → 503 MB for the processes together, 22.3 →
-    23.1 s)."""
+    `all_or_none`: none when some would be let go. For a Chakra set (rank_files.py): a file kept
+    saves one building of its ranks (those let go of are built again once, to be checked and
+    written in one step), but its nodes stay while this process holds every rank's skeleton
+    (benchmark 8 → Chakra, 2 workers keeping 2 of their 8 logs or none: 596 → 503 MB for the
+    processes together, 22.3 → 23.1 s, when those let go of were built twice again)."""
     held, hold = 0, []
     for size in sizes:
         held += size
@@ -350,14 +350,15 @@ class Workers:
         self.step(_finish, joined, "finishing")
         return joined
 
-    def each_rank(self, work: Callable, arg, doing: str, change: Callable | None = None,
+    def each_rank(self, work: Callable, arg, doing: str, change: tuple[Callable, Any] | None = None,
                   each: Callable | None = None) -> list:
         """`work(rank, arg)` for every finished rank, where it is; the results in rank order.
-        `change(rank, arg)`: what `work` changes in the rank, done again when a LetGo builds it.
-        `each(result)`: called here on each result as its file's results come in."""
+        `change` = (function, argument): `function(rank, argument)` is what `work` changes in
+        the rank, done again when a LetGo builds it (which keeps the argument: only what the
+        change needs). `each(result)`: called here on each result as its file's results come in."""
         return self.each_rank_later(work, arg, doing, change, each)()
 
-    def each_rank_later(self, work: Callable, arg, doing: str, change: Callable | None = None,
+    def each_rank_later(self, work: Callable, arg, doing: str, change: tuple[Callable, Any] | None = None,
                         each: Callable | None = None) -> Callable[[], list]:
         """`each_rank` started: returns the function that waits for its results."""
         collect = self.start(_each_rank, (work, arg, change), doing)
@@ -400,7 +401,7 @@ def _each_rank(fmt: PerRankFormat, options: Options, kept, work_and_arg):
     work, arg, change = work_and_arg
     results = each_released(lambda rank: (rank.rank, work(rank, arg)), ranks_of(fmt, options, kept))
     if isinstance(kept, LetGo) and change is not None:
-        kept.changes.append((change, arg))  # after: `work` made it in the ranks just built
+        kept.changes.append(change)  # after: `work` made it in the ranks just built
     return kept, results
 
 
@@ -473,18 +474,19 @@ def _worker(fmt: PerRankFormat, options: Options, files: list[tuple[int, Unit, b
                 kept[index], result = step(fmt, options, kept[index], arg)
                 link.send((index, result, None))
                 del result  # sent: not held through the next file or step (a file's comm slices: MBs)
-            _give_back_freed_memory()
+            del step, arg  # (nor the step's argument: a writer's caches)
+            give_back_freed_memory()
     except InputError as e:
         link.send((index, None, e))
     except EOFError:
         pass  # the parent stopped: an error in another worker's file
 
 
-def _give_back_freed_memory() -> None:
-    """Return the heap's free pages to the system after a step (glibc's `malloc_trim`; nothing
-    elsewhere). A worker that lets go of its ranks is idle at its peak's size otherwise: on
-    benchmark 6 → Chakra with --memory, 90 MB each after the checking step, 65 MB so, while
-    the client runs the cross-rank checks (`rank_files._write_if_clean`)."""
+def give_back_freed_memory() -> None:
+    """Return the heap's free pages to the system (glibc's `malloc_trim`; nothing elsewhere),
+    as a worker does after each step. A worker that lets go of its ranks is idle at its peak's
+    size otherwise: on benchmark 6 → Chakra with --memory, 90 MB each after the checking step,
+    65 MB so, while the client runs the cross-rank checks (`rank_files.convert`)."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # no glibc

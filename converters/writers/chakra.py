@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import os
+import shutil
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +35,7 @@ import orjson
 
 from .. import progress
 from .._proto import et_def_pb2 as pb
-from .._proto.wire import ATTR_KINDS, KEPT_ARGS, MEASURED_FACTS, attr_to_proto, int_range, varint
+from .._proto.wire import ATTR_KINDS, KEPT_ARGS, MEASURED_FACTS, attr_to_proto, int_range, length_prefix, varint
 from ..diagnostics import Diagnostics, InputError
 from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
 from ..options import Options
@@ -124,6 +126,45 @@ def write_rank_file(rank: Rank, job: tuple) -> tuple[int, int, int, int]:
     finally:
         encoder.forget(rank.nodes)  # (a rank let go of is built again for each step: its nodes must go)
     return tuple(map(operator.sub, encoder.counts(), before))
+
+
+def rewrite_common_metadata(trace: ExecutionTrace, tmpdir: Path, name: str, job: tuple) -> None:
+    """Give each rank file of `trace` in `tmpdir`, written by `write_rank_file` with `job`
+    before what every rank carries was known (`rank_files`: a rank's file written where it is
+    checked), the metadata `trace` now has: each file's GlobalMetadata, the common attributes
+    replaced and its own kept, then the nodes as they are (copied by the kernel)."""
+    encoder = job[0]
+    common = [attr_to_proto(attr) for attr in common_metadata_attrs(trace)]
+    for rank in sorted(trace.ranks):
+        path = tmpdir / f"{name}.{rank}.et"
+        with open(path, "rb") as old, open(path.with_name(path.name + ".new"), "wb") as new:
+            head = old.read(16)
+            length, start = length_prefix(head, 0)
+            old.seek(start)
+            metadata = pb.GlobalMetadata.FromString(old.read(length))
+            own = metadata.attr[len(encoder.common_metadata):]
+            new.write(framed(pb.GlobalMetadata(version=metadata.version, attr=[*common, *own]).SerializeToString()))
+            new.flush()
+            _copy_rest(old, new, start + length)
+        os.replace(path.with_name(path.name + ".new"), path)
+
+
+def _copy_rest(source, target, offset: int) -> None:
+    """The bytes of the file `source` from `offset` on, appended to `target`: in the kernel
+    where it can (copy_file_range), else through a buffer."""
+    size = os.fstat(source.fileno()).st_size
+    try:
+        while offset < size:
+            copied = os.copy_file_range(source.fileno(), target.fileno(), size - offset, offset)
+            if copied == 0:
+                break
+            offset += copied
+    except (AttributeError, OSError):  # no copy_file_range here, or not between these files
+        pass
+    if offset < size:
+        source.seek(offset)
+        target.seek(0, os.SEEK_END)
+        shutil.copyfileobj(source, target, 1 << 20)
 
 
 def finish_set(trace: ExecutionTrace, tmpdir: Path, name: str, counts: list[tuple], diagnostics: Diagnostics) -> None:
