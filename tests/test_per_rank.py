@@ -252,6 +252,14 @@ def test_workers_write_a_partial_set_of_logs_with_the_local_bytes_and_warning(tm
     assert taken == [1]  # written by the workers: no local fallback
     assert outputs(tmp_path / "api") == here
     assert [m for m in diagnostics.messages() if "partial Chakra set" in m]
+    # short of memory: each rank's file written in the step that checks it, then its metadata
+    monkeypatch.setattr(per_rank, "HOLD_BYTES_PER_WORKER", 0)
+    monkeypatch.setattr(per_rank, "REREAD_MEMORY_SHARE", 0)
+    short = Diagnostics()
+    etc.convert(paths, tmp_path / "short" / "w", to="chakra", diagnostics=short, **option)
+    assert taken == [1, 1]
+    assert outputs(tmp_path / "short") == here
+    assert short.messages() == diagnostics.messages()
 
 
 def test_a_set_the_gate_reports_on_is_gated_and_written_as_a_local_run_does(tmp_path):
