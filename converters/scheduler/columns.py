@@ -25,9 +25,9 @@ def columns(objects: list, names: tuple[str, ...]) -> tuple[list, ...]:
 
 def columns_at(objects: list, names: tuple[str, ...], places: list[int]) -> tuple[list, ...]:
     """`columns` of the objects at `places` (positions in `objects`), in that order."""
-    column = getattr(objects, "column", None)
-    if column is not None:
-        return tuple(list(map(column(name).__getitem__, places)) for name in names)
+    column_at = getattr(objects, "column_at", None)
+    if column_at is not None:
+        return tuple(column_at(name, places) for name in names)
     return columns(list(map(objects.__getitem__, places)), names)
 
 
