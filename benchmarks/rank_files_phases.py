@@ -1,9 +1,11 @@
 """Run `et-convert ARGS` for a Chakra set written by the workers (`--jobs N` or `--cluster`)
 and print, on stderr, when each of the client's phases begins and ends (seconds since the
 start, the client's wall clock): reading and building on the workers, their per-rank checks
-(the client making skeleton nodes meanwhile), the client's cross-rank checks while the
-workers write, then comm_group.json (a gap before it: the workers were still writing), and the client's memory after each (Linux). Where
-the time goes in `converters/rank_files.py`.
+(the client making skeleton nodes meanwhile; when memory is short, the workers write each
+rank's file there too), the client's cross-rank checks (while the workers write, otherwise),
+the files' common metadata (memory short), then comm_group.json (a gap before it: the workers
+were still writing), and the client's memory after each (Linux). Where the time goes in
+`converters/rank_files.py`.
 
     python benchmarks/rank_files_phases.py logs/ --to chakra --jobs 2 -o out/w
 """
@@ -24,7 +26,8 @@ STARTED = time.perf_counter()
 PHASES = [
     (per_rank.Workers, "keep_parts", "reading and building on the workers"),
     (per_rank.Workers, "each_rank", "checking each rank on the workers"),
-    (rank_files, "_cross_rank_notes", "cross-rank checks here, the workers writing"),
+    (rank_files, "_cross_rank_notes", "cross-rank checks here"),
+    (chakra, "rewrite_common_metadata", "the files' common metadata"),
     (chakra, "finish_set", "comm_group.json"),
 ]
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterator
+from operator import attrgetter
+from typing import Any, Iterable, Iterator, Sequence
 
 
 class NodeKind(enum.IntEnum):
@@ -151,6 +152,14 @@ class Node:
     @property
     def is_comm(self) -> bool:
         return self.kind in COMM_KINDS
+
+
+def field_values(nodes: Sequence[Node], name: str) -> Iterable:
+    """Every node's `name`, in order: from the columns of a node list that keeps them (a
+    skeleton's, `rank_files.SkeletonNodes`, whose nodes are made when read), else read node
+    after node (by `map`, in C)."""
+    column = getattr(nodes, "column", None)
+    return map(attrgetter(name), nodes) if column is None else column(name)
 
 
 def plain(node) -> Node:

@@ -251,6 +251,9 @@ def test_a_skeleton_gives_back_its_nodes_with_the_checked_args(nodes):
 
     assert list(columns(back, fields + ("args", "ctrl_deps", "source"))) == [
         [getattr(n, f) for n in back] for f in fields + ("args", "ctrl_deps", "source")]
+    from converters.model import field_values
+
+    assert [list(field_values(back, f)) for f in ("kind", "group")] == [list(field_values(nodes, f)) for f in ("kind", "group")]
     places = [i for i in range(len(nodes)) if i % 2 == 0]
     assert list(columns_at(back, ("size", "group", "kind"), places)) == list(columns_at(nodes, ("size", "group", "kind"), places))
     if _native_distinct is not None:

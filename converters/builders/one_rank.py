@@ -27,7 +27,7 @@ from operator import attrgetter
 from typing import Iterable
 
 from ..diagnostics import Diagnostics
-from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank
+from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank, field_values
 
 ASSUMPTION = ("Collectives of one-member groups are kept as compute nodes with their measured time, or left "
               "out when they took no time: NCCL returns from them at once, ASTRA-sim never completes them.")
@@ -57,14 +57,12 @@ def one_rank_collectives(trace: ExecutionTrace, nodes: list[Node], rank: Rank) -
 
 
 def _column(nodes: list[Node], name: str, places: list[int] | None = None) -> Iterable:
-    """Every node's `name` (or those at `places`): from the columns of a node list that keeps
-    them (a skeleton's, `rank_files.SkeletonNodes`), else read node after node (in C, by `map`).
-    (Not `scheduler.columns`: a conversion that runs no scheduler does not import it.)"""
-    column = getattr(nodes, "column", None)
-    if column is not None:
-        values = column(name)
-        return values if places is None else map(values.__getitem__, places)
-    return map(attrgetter(name), nodes if places is None else map(nodes.__getitem__, places))
+    """`model.field_values` of the nodes, or of those at `places`. (Not `scheduler.columns`: a
+    conversion that runs no scheduler does not import it.)"""
+    if places is None:
+        return field_values(nodes, name)
+    column_at = getattr(nodes, "column_at", None)  # (a skeleton's)
+    return map(attrgetter(name), map(nodes.__getitem__, places)) if column_at is None else column_at(name, places)
 
 
 def one_member_groups(trace: ExecutionTrace) -> set[int | None]:

@@ -37,7 +37,7 @@ from .. import progress
 from .._proto import et_def_pb2 as pb
 from .._proto.wire import ATTR_KINDS, KEPT_ARGS, MEASURED_FACTS, attr_to_proto, int_range, length_prefix, varint
 from ..diagnostics import Diagnostics, InputError
-from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr
+from ..model import COMM_KINDS, ExecutionTrace, Node, NodeKind, Rank, WireAttr, field_values
 from ..options import Options
 from ..ranks import compact_ranks
 from .atomic import atomic_set
@@ -268,7 +268,7 @@ def used_groups(trace: ExecutionTrace, diagnostics: Diagnostics) -> list[int]:
 
 def comm_groups(nodes: list[Node]) -> set[int]:
     """The groups of the communication nodes (the attributes read in C, the nodes in one pass)."""
-    kinds, groups = map(operator.attrgetter("kind"), nodes), map(operator.attrgetter("group"), nodes)
+    kinds, groups = field_values(nodes, "kind"), field_values(nodes, "group")
     return {group for kind, group in zip(kinds, groups) if group is not None and kind in COMM_KINDS}
 
 
