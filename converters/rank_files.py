@@ -117,7 +117,7 @@ def _checked(trace: ExecutionTrace, workers: per_rank.Workers, options: Options,
     """What the workers found of each rank once they finished and checked it (and wrote its
     file with `job`, when given: `chakra.rank_file_job`); `trace` then holds each rank's skeleton."""
     with progress.bar("checking each rank on the workers" + (", writing its file" if job else "")):
-        # each skeleton's nodes made here as it comes in, while the workers check their other ranks
+        # each skeleton's ids and dependencies taken in here as it comes in, while the workers go on
         shell = replace(trace, ranks={})
         checked = workers.each_rank(_finish_and_check, (shell, options, job), "checking",
                                     change=(demote_in_rank, shell), each=partial(from_skeleton, shared=SharedValues()))
