@@ -404,11 +404,8 @@ class Skeleton:
         if name not in Skeleton.INTS:
             return [getattr(SkeletonNode, name)] * len(self.node_ids)  # a constant (ctrl_deps, source...)
         k = Skeleton.INTS.index(name)
-        column = self.ints[k]
-        values = column.tolist() if isinstance(column, array) else list(column)
-        if self.none_coded[k]:
-            values = list(map(_NONE_AS_NONE.get, values, values))
-        elif name in _FEW_VALUES:  # one int object per value, not per node, while the caller holds them
+        values = _values(self.ints[k], self.none_coded[k])  # (not to be changed: a list column is itself)
+        if name in _FEW_VALUES and not self.none_coded[k]:  # one int per value, not per node, while the caller holds them
             values = list(map({}.setdefault, values, values))
         decoded = _DECODED.get(name)
         return values if decoded is None else list(map(decoded.__getitem__, values))
@@ -556,11 +553,15 @@ def _smallest_array(values: list) -> array | None:
 _NONE_AS_NONE = {NONE: None}
 
 
-def _values(column: "array | list") -> list:
+def _values(column: "array | list", none_coded: bool | None = None) -> list:
+    """A column's values, None for `NONE` in an array; `none_coded`: whether it holds `NONE`,
+    when known (`Skeleton.none_coded`: the column is not scanned again)."""
     if not isinstance(column, array):
         return column
     values = column.tolist()
-    return list(map(_NONE_AS_NONE.get, values, values)) if NONE in column else values  # (in C: a column is 100,000s)
+    if none_coded is None:
+        none_coded = NONE in column
+    return list(map(_NONE_AS_NONE.get, values, values)) if none_coded else values  # (in C: a column is 100,000s)
 
 
 def from_skeleton(facts: RankFacts, shared: SharedValues | None = None) -> Rank:
