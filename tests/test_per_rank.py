@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import os
 import re
+import signal
+import time
 import weakref
 from pathlib import Path
 
@@ -601,3 +603,27 @@ def test_a_big_set_of_logs_goes_to_chakra_through_the_workers_without_jobs(tmp_p
     assert {type(node) for rank in here.ranks.values() for node in rank.nodes} == {Node}
     assert {type(node) for rank in there.ranks.values() for node in rank.nodes} == {SkeletonNode}
     assert outputs(tmp_path / "there") == outputs(tmp_path / "here")
+
+
+def _one_dies_the_other_writes_late(fmt, options, kept, folder):
+    # the first worker here kills itself; the other writes a file a while later, as a worker
+    # printing its part into the caller's temporary folder would
+    try:
+        os.close(os.open(os.path.join(folder, "dead"), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        time.sleep(1.5)
+        Path(folder, f"late.{os.getpid()}").write_text("after the run failed")
+        return kept, None
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_dead_worker_stops_the_others_before_the_error_arrives(tmp_path):
+    # (CI once found a Chrome run's temporary folder left behind: removed while a worker still printed into it)
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    with per_rank.start_workers(megatron.MEGATRON, clean_logs(tmp_path), Options(jobs=2), streaming=True) as workers:
+        workers.keep_parts(Diagnostics())
+        with pytest.raises(InputError, match="a worker process died while printing .* killed by SIGKILL"):
+            workers.step(_one_dies_the_other_writes_late, str(folder), "printing")
+        time.sleep(2.5)
+        assert sorted(p.name for p in folder.iterdir()) == ["dead"]

@@ -449,7 +449,16 @@ class ProcessWorkers(Workers):
     def start(self, step: Callable, arg, doing: str) -> Callable[..., list]:
         for link in self.links:
             link.send((step, arg))
-        return lambda arrived=None: _collect(self.links, self.processes, self.paths, doing, arrived)
+        return lambda arrived=None: self._collect(doing, arrived)
+
+    def _collect(self, doing: str, arrived: Callable | None) -> list:
+        try:
+            return _collect(self.links, self.processes, self.paths, doing, arrived)
+        except BaseException:
+            # (a worker died, or Ctrl-C) the others are stopped before the caller cleans up: one
+            # still printing would write into the temporary folder as it is removed
+            self.close()
+            raise
 
     def close(self) -> None:
         for process in self.processes:
