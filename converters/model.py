@@ -154,12 +154,16 @@ class Node:
         return self.kind in COMM_KINDS
 
 
-def field_values(nodes: Sequence[Node], name: str) -> Iterable:
-    """Every node's `name`, in order: from the columns of a node list that keeps them (a
-    skeleton's, `rank_files.SkeletonNodes`, whose nodes are made when read), else read node
-    after node (by `map`, in C)."""
-    column = getattr(nodes, "column", None)
-    return map(attrgetter(name), nodes) if column is None else column(name)
+def field_values(nodes: Sequence[Node], name: str, places: Sequence[int] | None = None) -> Iterable:
+    """Every node's `name`, in order, or the `name` of the nodes at `places`: from the columns
+    of a node list that keeps them (a skeleton's, `rank_files.SkeletonNodes`, whose nodes are
+    made when read), else read node after node (by `map`, in C). (`scheduler.columns` reads
+    several names at once; this is for code that does not import the scheduler.)"""
+    if places is None:
+        column = getattr(nodes, "column", None)
+        return map(attrgetter(name), nodes) if column is None else column(name)
+    column_at = getattr(nodes, "column_at", None)
+    return map(attrgetter(name), map(nodes.__getitem__, places)) if column_at is None else column_at(name, places)
 
 
 def plain(node) -> Node:
@@ -224,9 +228,13 @@ class Rank:
         return self.group_map.get(node.group, node.group)
 
     def peer_of(self, node: Node) -> int | None:
-        if node.peer is None or self.peer_map is None:
-            return node.peer
-        return self.peer_map.get(node.peer, node.peer)
+        return self.real_peer(node.peer)
+
+    def real_peer(self, raw: int | None) -> int | None:
+        """The rank a node's raw `peer` names on this rank (through `peer_map`, when it has one)."""
+        if raw is None or self.peer_map is None:
+            return raw
+        return self.peer_map.get(raw, raw)
 
     @property
     def stage(self) -> int | None:

@@ -20,7 +20,7 @@ from converters.model import CollType, ExecutionTrace, Node, NodeKind, Rank
 from converters.scheduler import schedule
 from converters.scheduler.engine import T_COLL, T_COMPUTE, T_OTHER, T_RECV, T_SEND, Engine, Program, _types_of
 from converters.scheduler.network import Network
-from converters.scheduler.quotient import _real_group, _real_peer, _zip_views
+from converters.scheduler.quotient import _real_group, _zip_views
 
 _PLAIN_TYPE = {NodeKind.COMPUTE: T_COMPUTE, NodeKind.COLLECTIVE: T_COLL, NodeKind.SEND: T_SEND, NodeKind.RECV: T_RECV}
 
@@ -190,7 +190,7 @@ def test_zip_views_are_the_node_by_node_views(seed):
         assert got is not None
         assert list(got[0].items()) == list(expected[0].items())  # same order too
         assert list(got[1].items()) == list(expected[1].items())
-    assert _real_group(rank, None) == ("world",) and _real_peer(rank, None) is None
+    assert _real_group(rank, None) == ("world",) and rank.real_peer(None) is None
 
 
 def _net() -> Network:

@@ -23,8 +23,6 @@ from __future__ import annotations
 import operator
 from dataclasses import replace
 from itertools import compress, count, repeat
-from operator import attrgetter
-from typing import Iterable
 
 from ..diagnostics import Diagnostics
 from ..model import CollType, ExecutionTrace, Node, NodeKind, Rank, field_values
@@ -49,20 +47,11 @@ def one_rank_collectives(trace: ExecutionTrace, nodes: list[Node], rank: Rank) -
     if not singles:
         return []  # the usual case: no node needs a look (a measured set has hundreds of thousands)
     # in C (a log's rank has hundreds of thousands of nodes): the collectives, then their groups
-    collectives = list(compress(count(), map(operator.is_, _column(nodes, "kind"), repeat(NodeKind.COLLECTIVE))))
-    groups = list(_column(nodes, "group", collectives))
+    collectives = list(compress(count(), map(operator.is_, field_values(nodes, "kind"), repeat(NodeKind.COLLECTIVE))))
+    groups = list(field_values(nodes, "group", collectives))
     if rank.group_map is not None:
         groups = map(rank.group_map.get, groups, groups)  # (`rank.group_of`; None maps to None)
     return list(compress(collectives, map(singles.__contains__, groups)))
-
-
-def _column(nodes: list[Node], name: str, places: list[int] | None = None) -> Iterable:
-    """`model.field_values` of the nodes, or of those at `places`. (Not `scheduler.columns`: a
-    conversion that runs no scheduler does not import it.)"""
-    if places is None:
-        return field_values(nodes, name)
-    column_at = getattr(nodes, "column_at", None)  # (a skeleton's)
-    return map(attrgetter(name), map(nodes.__getitem__, places)) if column_at is None else column_at(name, places)
 
 
 def one_member_groups(trace: ExecutionTrace) -> set[int | None]:
@@ -82,7 +71,7 @@ def gathers_too_small(trace: ExecutionTrace, nodes: list[Node], rank: Rank) -> l
     out = []
     gather = CollType.ALL_GATHER
     # the collective types alone first (in C): all-gathers are a few of the nodes
-    for i in list(compress(count(), map(operator.is_, _column(nodes, "coll"), repeat(gather)))):
+    for i in list(compress(count(), map(operator.is_, field_values(nodes, "coll"), repeat(gather)))):
         node = nodes[i]
         if node.kind is NodeKind.COLLECTIVE and node.size > 0:
             members = trace.group_size(rank.group_of(node))

@@ -126,7 +126,7 @@ def find_quotient(trace: ExecutionTrace, ring_size: int | None = None) -> Quotie
         for rank in members:
             if rank.nodes is rep.nodes:
                 gview[rank.rank] = {x: _real_group(rank, x) for x in groups}
-                pview[rank.rank] = {e: _real_peer(rank, e[1]) for e in peers}
+                pview[rank.rank] = {e: rank.real_peer(e[1]) for e in peers}
                 continue
             views = _zip_views(rank, colls, rep_groups, p2ps, rep_peers)
             if views is None:
@@ -374,7 +374,7 @@ def _zip_views(rank: Rank, colls: list[int], rep_groups: list, p2ps: list[int], 
             return None
     peers: dict[tuple, Any] = {}
     for key, mine in dict.fromkeys(zip(rep_peers, columns_at(nodes, ("peer",), p2ps)[0])):
-        real = _real_peer(rank, mine)
+        real = rank.real_peer(mine)
         if peers.setdefault(key, real) != real:
             return None
     return groups, peers
@@ -388,9 +388,3 @@ def _real_group(rank: Rank, raw):
     if raw is None:
         return WORLD
     return rank.group_map.get(raw, raw) if rank.group_map else raw
-
-
-def _real_peer(rank: Rank, raw):
-    if raw is None:
-        return None
-    return rank.peer_map.get(raw, raw) if rank.peer_map else raw

@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 from itertools import compress, groupby, repeat
 
-from ..model import Node, NodeKind, Rank
+from ..model import Node, NodeKind
 from ..scheduler.columns import columns, columns_at
 from .context import Context, SharedList
 from .findings import Finding
@@ -145,13 +145,13 @@ def _receives_after_sends(ctx: Context) -> list[Finding]:
         send_columns, recv_columns = (columns_at(nodes, ("peer", "tag", "start_ns"), places)
                                       for places in (shared.sends, shared.recvs))
         for rank in shared.ranks:
-            peer_of = _peer_view(rank)
+            real_peer = rank.real_peer
             for i, peer, tag, start in zip(shared.sends, *send_columns):
                 if start is not None:
-                    sends.setdefault((rank.rank, peer_of(peer, peer), tag), []).append(nodes[i])
+                    sends.setdefault((rank.rank, real_peer(peer), tag), []).append(nodes[i])
             for i, peer, tag, start in zip(shared.recvs, *recv_columns):
                 if start is not None:
-                    recvs.setdefault((peer_of(peer, peer), rank.rank, tag), []).append((rank.rank, nodes[i]))
+                    recvs.setdefault((real_peer(peer), rank.rank, tag), []).append((rank.rank, nodes[i]))
     # (a, b) with a < b -> [upper bound on clock_b − clock_a, lower bound, worst a→b, worst b→a]
     bounds: dict[tuple[int, int], list] = {}
     for key, received in recvs.items():
@@ -190,15 +190,6 @@ def _receives_after_sends(ctx: Context) -> list[Finding]:
                 f"the clocks of ranks {a} and {b} differ (rank {b} − rank {a} between {low} and {high})",
                 ranks=[a, b], node=recv, rank=ctx.trace.ranks[dst]))
     return findings
-
-
-def _peer_view(rank: Rank):
-    """`rank.peer_of` for a node's peer `p`, as `peer_of(p, p)`."""
-    return _same if rank.peer_map is None else rank.peer_map.get
-
-
-def _same(value, default):
-    return value
 
 
 def _bandwidth(ctx: Context) -> list[Finding]:
